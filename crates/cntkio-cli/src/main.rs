@@ -1,0 +1,1 @@
+fn main() { cntkio_cli::run() }

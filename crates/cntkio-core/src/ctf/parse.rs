@@ -1,0 +1,606 @@
+//! The CTF parser (CTF.md §4–§7): the bytes of whole sequences → columnar [`ChunkData`].
+//!
+//! Recoverable problems go to an [`ErrorSink`], which decides whether to go on (that is how `maxErrors`
+//! works); fatal ones (a stream empty in a sequence) are returned. Positions are absolute byte offsets.
+
+use super::{cntk_u64, is_non_printable, SequenceDesc};
+use crate::data::{ChunkData, Layout, StreamData, Values};
+use crate::error::{Error, ErrorKind, WarningKind};
+use crate::number::{parse_number, NumberError, NumberErrorKind};
+use crate::schema::Schema;
+
+/// Receives recoverable errors and warnings while a chunk is parsed.
+pub trait ErrorSink {
+    /// A counted error. Return `Err` to stop parsing (the error is then returned by the parser).
+    fn error(&mut self, e: Error) -> Result<(), Error>;
+    /// Whether warnings should be built at all (they cost an allocation each).
+    fn wants_warnings(&self) -> bool {
+        false
+    }
+    /// A warning (not counted) at an absolute byte offset.
+    fn warning(&mut self, _w: WarningKind, _byte: u64) {}
+}
+
+/// A sink that fails on the first error (CNTK's default `maxErrors = 0`).
+#[derive(Debug, Default)]
+pub struct FailFast;
+
+impl ErrorSink for FailFast {
+    fn error(&mut self, e: Error) -> Result<(), Error> {
+        Err(Error::new(ErrorKind::MaxErrorsReached { max_errors: 0, last: Box::new(e) }))
+    }
+}
+
+/// A sink that records up to `cap` errors (then stops) and, if asked, warnings.
+#[derive(Debug, Default)]
+pub struct Collect {
+    /// Errors so far, in order.
+    pub errors: Vec<Error>,
+    /// Warnings so far (when enabled), with their byte offsets.
+    pub warnings: Vec<(WarningKind, u64)>,
+    /// Stop after this many errors.
+    pub cap: usize,
+    /// Record warnings.
+    pub keep_warnings: bool,
+    /// Set when the cap was reached.
+    pub capped: bool,
+}
+
+impl Collect {
+    /// Records up to `cap` errors.
+    pub fn new(cap: usize, keep_warnings: bool) -> Collect {
+        Collect { cap, keep_warnings, ..Collect::default() }
+    }
+}
+
+impl ErrorSink for Collect {
+    fn error(&mut self, e: Error) -> Result<(), Error> {
+        self.errors.push(e);
+        if self.errors.len() >= self.cap {
+            self.capped = true;
+            // The caller looks at `capped`; this value is only a marker.
+            return Err(Error::new(ErrorKind::Limit {
+                what: "errors recorded in one chunk".into(),
+                value: self.errors.len() as u64,
+                limit: self.cap as u64,
+            }));
+        }
+        Ok(())
+    }
+    fn wants_warnings(&self) -> bool {
+        self.keep_warnings
+    }
+    fn warning(&mut self, w: WarningKind, byte: u64) {
+        if self.keep_warnings && self.warnings.len() < 10_000 {
+            self.warnings.push((w, byte));
+        }
+    }
+}
+
+/// Per-stream lookup data.
+#[derive(Debug, Clone)]
+struct StreamInfo {
+    alias: Box<[u8]>,
+    name: String,
+    dim: usize,
+    defines_length: bool,
+}
+
+/// Parses sequences of one schema. Cheap to clone; holds no buffers.
+#[derive(Debug, Clone)]
+pub struct CtfParser {
+    schema: Schema,
+    streams: Vec<StreamInfo>,
+    max_alias_len: usize,
+}
+
+/// Outcome of reading one sample.
+enum Sample {
+    /// Read; the row continues at this position.
+    Ok(usize),
+    /// Failed or skipped: continue at this position (the next `|` or `\n` is searched from there).
+    Skip(usize),
+}
+
+impl CtfParser {
+    /// A parser for this schema (aliases are what the file mentions).
+    pub fn new(schema: &Schema) -> CtfParser {
+        let main = schema.main_stream();
+        let streams: Vec<StreamInfo> = schema
+            .streams()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| StreamInfo {
+                alias: s.alias.as_bytes().into(),
+                name: s.name.clone(),
+                dim: s.dim,
+                defines_length: main.map_or(true, |m| m == i),
+            })
+            .collect();
+        let max_alias_len = streams.iter().map(|s| s.alias.len()).max().unwrap_or(0);
+        CtfParser { schema: schema.clone(), streams, max_alias_len }
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    #[inline]
+    fn lookup(&self, name: &[u8]) -> Option<usize> {
+        self.streams.iter().position(|s| &*s.alias == name)
+    }
+
+    /// Parses `seqs`, whose bytes lie in `bytes` (which starts at absolute offset `base`), appending them
+    /// to `out`. A sequence's bytes end either with `\n` or at the end of the file.
+    pub fn parse_sequences(
+        &self,
+        bytes: &[u8],
+        base: u64,
+        seqs: &[SequenceDesc],
+        out: &mut ChunkData,
+        sink: &mut dyn ErrorSink,
+    ) -> Result<(), Error> {
+        let mut st = SeqState {
+            counts: vec![0; self.streams.len()],
+            value_start: vec![0; self.streams.len()],
+        };
+        for seq in seqs {
+            let a = seq
+                .offset
+                .checked_sub(base)
+                .and_then(|a| usize::try_from(a).ok())
+                .filter(|&a| a <= bytes.len() && bytes.len() - a >= seq.len_bytes as usize)
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::Config(format!(
+                        "sequence {} at byte {} is outside the {} bytes given from byte {}",
+                        seq.key,
+                        seq.offset,
+                        bytes.len(),
+                        base
+                    )))
+                })?;
+            let s = &bytes[a..a + seq.len_bytes as usize];
+            self.parse_sequence(s, seq.offset, seq, out, &mut st, sink)?;
+        }
+        Ok(())
+    }
+
+    fn parse_sequence(
+        &self,
+        s: &[u8],
+        base: u64,
+        seq: &SequenceDesc,
+        out: &mut ChunkData,
+        st: &mut SeqState,
+        sink: &mut dyn ErrorSink,
+    ) -> Result<(), Error> {
+        for (i, d) in out.streams.iter().enumerate() {
+            st.counts[i] = 0;
+            st.value_start[i] = d.values.len();
+        }
+        let n = s.len();
+        let mut p = 0usize;
+        while p < n {
+            let row_start = p;
+            while p < n && s[p].is_ascii_digit() {
+                p += 1;
+            }
+            let mut nread = 0usize;
+            let row_ok;
+            loop {
+                if p >= n {
+                    // End of the sequence's bytes without `\n`: the row counts as read (CTF.md §4.1.4).
+                    if sink.wants_warnings() {
+                        sink.warning(WarningKind::MissingFinalNewline, base + n as u64);
+                    }
+                    row_ok = true;
+                    break;
+                }
+                let c = s[p];
+                if c == b'\n' {
+                    p += 1;
+                    row_ok = nread > 0;
+                    break;
+                }
+                if c == b'|' {
+                    match self.read_sample(s, p + 1, base, seq, out, st, sink)? {
+                        Sample::Ok(q) => {
+                            nread += 1;
+                            p = q;
+                        }
+                        Sample::Skip(q) => p = skip_to_next(s, q),
+                    }
+                } else if c == b' ' || is_non_printable(c) {
+                    p += 1;
+                } else {
+                    sink.error(Error::at(ErrorKind::ExpectedNamePrefix { found: c }, base + p as u64).with_sequence(seq.key))?;
+                    p = skip_to_next(s, p);
+                }
+            }
+            if !row_ok {
+                sink.error(Error::at(ErrorKind::EmptyRow, base + row_start as u64).with_sequence(seq.key))?;
+            }
+        }
+        self.finish_sequence(base, seq, out, st, sink)
+    }
+
+    fn finish_sequence(
+        &self,
+        base: u64,
+        seq: &SequenceDesc,
+        out: &mut ChunkData,
+        st: &mut SeqState,
+        sink: &mut dyn ErrorSink,
+    ) -> Result<(), Error> {
+        let empty: Vec<String> = self
+            .streams
+            .iter()
+            .zip(&st.counts)
+            .filter(|(_, &c)| c == 0)
+            .map(|(s, _)| s.name.clone())
+            .collect();
+        if !empty.is_empty() {
+            return Err(Error::at(ErrorKind::EmptyStream { sequence: seq.key, streams: empty }, base).with_sequence(seq.key));
+        }
+        let expected = u64::from(seq.num_samples);
+        let mut overall = 0u64;
+        let mut too_many = None;
+        for (i, info) in self.streams.iter().enumerate() {
+            if !info.defines_length {
+                continue;
+            }
+            overall = overall.max(st.counts[i]);
+            if st.counts[i] > expected && too_many.is_none() {
+                too_many = Some(i);
+            }
+        }
+        if let Some(i) = too_many {
+            sink.error(
+                Error::at(
+                    ErrorKind::TooManySamples {
+                        stream: self.streams[i].name.clone(),
+                        sequence: seq.key,
+                        found: st.counts[i],
+                        expected,
+                    },
+                    base,
+                )
+                .with_sequence(seq.key),
+            )?;
+        } else if overall < expected {
+            sink.error(
+                Error::at(ErrorKind::TooFewSamples { sequence: seq.key, found: overall, expected }, base)
+                    .with_sequence(seq.key),
+            )?;
+        }
+        out.keys.push(seq.key);
+        out.num_samples.push(seq.num_samples);
+        for (d, &c) in out.streams.iter_mut().zip(&st.counts) {
+            let last = *d.sequence_offsets.last().unwrap_or(&0);
+            d.sequence_offsets.push(last + c);
+        }
+        Ok(())
+    }
+
+    /// Reads `|name values` with `p` just after the `|`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn read_sample(
+        &self,
+        s: &[u8],
+        mut p: usize,
+        base: u64,
+        seq: &SequenceDesc,
+        out: &mut ChunkData,
+        st: &mut SeqState,
+        sink: &mut dyn ErrorSink,
+    ) -> Result<Sample, Error> {
+        let n = s.len();
+        if p < n && s[p] == b'#' {
+            return Ok(Sample::Skip(p + 1)); // a comment: skipped to the next `|` or `\n`
+        }
+        let ns = p;
+        while p < n {
+            let c = s[p];
+            if c == b' ' || c == b'|' || is_non_printable(c) {
+                break;
+            }
+            p += 1;
+        }
+        let name = &s[ns..p];
+        if name.len() > self.max_alias_len {
+            if sink.wants_warnings() {
+                sink.warning(WarningKind::UnknownInput { name: String::from_utf8_lossy(name).into_owned() }, base + ns as u64);
+            }
+            return Ok(Sample::Skip(p));
+        }
+        if p >= n {
+            sink.error(Error::at(ErrorKind::NameAtEnd, base + ns as u64).with_sequence(seq.key))?;
+            return Ok(Sample::Skip(p));
+        }
+        if name.is_empty() {
+            sink.error(Error::at(ErrorKind::EmptyName { found: Some(s[p]) }, base + p as u64).with_sequence(seq.key))?;
+            return Ok(Sample::Skip(p));
+        }
+        let i = match self.lookup(name) {
+            Some(i) => i,
+            None => {
+                if sink.wants_warnings() {
+                    sink.warning(WarningKind::UnknownInput { name: String::from_utf8_lossy(name).into_owned() }, base + ns as u64);
+                }
+                return Ok(Sample::Skip(p));
+            }
+        };
+        let info = &self.streams[i];
+        let data = &mut out.streams[i];
+        let res = match &mut data.layout {
+            Layout::Dense => match &mut data.values {
+                Values::F32(v) => read_dense(s, p, info.dim, v, |x| x as f32),
+                Values::F64(v) => read_dense(s, p, info.dim, v, |x| x),
+            },
+            Layout::Sparse { indices, sample_offsets } => {
+                let seq_has_values = data.values.len() > st.value_start[i];
+                let r = match &mut data.values {
+                    Values::F32(v) => read_sparse(s, p, info.dim, v, indices, seq_has_values, |x| x as f32),
+                    Values::F64(v) => read_sparse(s, p, info.dim, v, indices, seq_has_values, |x| x),
+                };
+                if r.is_ok() {
+                    sample_offsets.push(indices.len() as u64);
+                }
+                r
+            }
+        };
+        match res {
+            Ok(done) => {
+                st.counts[i] += 1;
+                match done.note {
+                    DenseNote::None => {}
+                    DenseNote::Short(count) => {
+                        if sink.wants_warnings() {
+                            sink.warning(
+                                WarningKind::ShortDenseSample { stream: info.name.clone(), count, dim: info.dim },
+                                base + done.end as u64,
+                            );
+                        }
+                    }
+                    DenseNote::LongAtEnd(count) => {
+                        if sink.wants_warnings() {
+                            sink.warning(
+                                WarningKind::LongDenseSampleAtEnd { stream: info.name.clone(), count, dim: info.dim },
+                                base + done.end as u64,
+                            );
+                        }
+                    }
+                }
+                Ok(Sample::Ok(done.end))
+            }
+            Err(fail) => {
+                let at = fail.at;
+                let kind = fail.into_kind(&info.name, info.dim);
+                sink.error(Error::at(kind, base + at as u64).with_sequence(seq.key))?;
+                Ok(Sample::Skip(at))
+            }
+        }
+    }
+}
+
+/// Per-sequence scratch state.
+struct SeqState {
+    /// Samples read per stream in the current sequence.
+    counts: Vec<u64>,
+    /// Length of each stream's values at the start of the current sequence.
+    value_start: Vec<usize>,
+}
+
+#[inline]
+fn skip_to_next(s: &[u8], from: usize) -> usize {
+    match memchr::memchr2(b'|', b'\n', s.get(from..).unwrap_or(&[])) {
+        Some(k) => from + k,
+        None => s.len(),
+    }
+}
+
+enum DenseNote {
+    None,
+    Short(u64),
+    LongAtEnd(u64),
+}
+
+struct Done {
+    end: usize,
+    note: DenseNote,
+}
+
+enum FailKind {
+    Number(NumberError),
+    TooMany(u64),
+    EmptyDenseAtEnd,
+    IndexExpected(Option<u8>),
+    IndexOverflow,
+    IndexRange(u64),
+    Colon(u64, Option<u8>),
+    SparseAtEnd,
+}
+
+struct Fail {
+    at: usize,
+    kind: FailKind,
+}
+
+impl Fail {
+    fn into_kind(self, stream: &str, dim: usize) -> ErrorKind {
+        let stream = stream.to_string();
+        match self.kind {
+            FailKind::Number(e) => match e.kind {
+                NumberErrorKind::InvalidStart => ErrorKind::InvalidNumber { stream, found: e.found },
+                NumberErrorKind::SignWithoutDigits => ErrorKind::SignWithoutDigits { stream, found: e.found },
+                NumberErrorKind::ExponentWithoutDigits => ErrorKind::ExponentWithoutDigits { stream, found: e.found },
+            },
+            FailKind::TooMany(count) => ErrorKind::DenseTooManyValues { stream, count, dim },
+            FailKind::EmptyDenseAtEnd => ErrorKind::EmptyDenseAtEnd { stream },
+            FailKind::IndexExpected(found) => ErrorKind::SparseIndexExpected { stream, found },
+            FailKind::IndexOverflow => ErrorKind::SparseIndexOverflow { stream },
+            FailKind::IndexRange(index) => ErrorKind::SparseIndexOutOfRange { stream, index, dim },
+            FailKind::Colon(index, found) => ErrorKind::SparseMissingColon { stream, index, found },
+            FailKind::SparseAtEnd => ErrorKind::SparseAtEnd { stream },
+        }
+    }
+}
+
+/// Reads a dense value list starting at `p` (just after the name). On failure the values appended for
+/// this sample are removed.
+#[inline]
+fn read_dense<T: Copy + Default>(
+    s: &[u8],
+    mut p: usize,
+    dim: usize,
+    v: &mut Vec<T>,
+    conv: impl Fn(f64) -> T,
+) -> Result<Done, Fail> {
+    let start = v.len();
+    let n = s.len();
+    v.reserve(dim);
+    loop {
+        if p >= n {
+            // End of the file without a newline (CTF.md §5.1): accepted if it has a value; no dim check in
+            // CNTK. cntkio zero-pads a short sample (CNTK delivers zeros from its buffer) and keeps the
+            // first `dim` values of a long one (what CNTK's packer reads).
+            let cnt = (v.len() - start) as u64;
+            if cnt == 0 {
+                return Err(Fail { at: p, kind: FailKind::EmptyDenseAtEnd });
+            }
+            let note = if (cnt as usize) < dim {
+                v.resize(start + dim, T::default());
+                DenseNote::None
+            } else if cnt as usize > dim {
+                v.truncate(start + dim);
+                DenseNote::LongAtEnd(cnt)
+            } else {
+                DenseNote::None
+            };
+            return Ok(Done { end: p, note });
+        }
+        let c = s[p];
+        if c == b' ' || c == b'\t' {
+            p += 1;
+            continue;
+        }
+        if c == b'|' || is_non_printable(c) {
+            let cnt = (v.len() - start) as u64;
+            if cnt as usize > dim {
+                v.truncate(start);
+                return Err(Fail { at: p, kind: FailKind::TooMany(cnt) });
+            }
+            let note = if (cnt as usize) < dim {
+                v.resize(start + dim, T::default());
+                DenseNote::Short(cnt)
+            } else {
+                DenseNote::None
+            };
+            return Ok(Done { end: p, note });
+        }
+        match parse_number(s, p) {
+            Ok((x, q)) => {
+                v.push(conv(x));
+                p = q;
+            }
+            Err(e) => {
+                v.truncate(start);
+                return Err(Fail { at: e.at, kind: FailKind::Number(e) });
+            }
+        }
+    }
+}
+
+/// Reads a sparse entry list starting at `p`. `seq_has_values`: this stream already has entries in the
+/// current sequence (CNTK's end-of-file rule, CTF.md §5.2).
+#[inline]
+fn read_sparse<T: Copy>(
+    s: &[u8],
+    mut p: usize,
+    dim: usize,
+    v: &mut Vec<T>,
+    idx: &mut Vec<i32>,
+    seq_has_values: bool,
+    conv: impl Fn(f64) -> T,
+) -> Result<Done, Fail> {
+    let start = v.len();
+    let n = s.len();
+    let fail = |v: &mut Vec<T>, idx: &mut Vec<i32>, at, kind| {
+        v.truncate(start);
+        idx.truncate(start);
+        Err(Fail { at, kind })
+    };
+    loop {
+        if p >= n {
+            if seq_has_values || v.len() > start {
+                return Ok(Done { end: p, note: DenseNote::None });
+            }
+            return fail(v, idx, p, FailKind::SparseAtEnd);
+        }
+        let c = s[p];
+        if c == b' ' || c == b'\t' {
+            p += 1;
+            continue;
+        }
+        if c == b'|' || is_non_printable(c) {
+            return Ok(Done { end: p, note: DenseNote::None });
+        }
+        if !c.is_ascii_digit() {
+            return fail(v, idx, p, FailKind::IndexExpected(Some(c)));
+        }
+        let (index, q) = match cntk_u64(s, p) {
+            Ok(r) => r,
+            Err(at) => return fail(v, idx, at, FailKind::IndexOverflow),
+        };
+        if q >= n {
+            return fail(v, idx, q, FailKind::SparseAtEnd);
+        }
+        if index >= dim as u64 {
+            return fail(v, idx, q, FailKind::IndexRange(index));
+        }
+        if s[q] != b':' {
+            return fail(v, idx, q, FailKind::Colon(index, Some(s[q])));
+        }
+        match parse_number(s, q + 1) {
+            Ok((x, r)) => {
+                v.push(conv(x));
+                idx.push(index as i32);
+                p = r;
+            }
+            Err(e) => return fail(v, idx, e.at, FailKind::Number(e)),
+        }
+    }
+}
+
+/// Parses a whole in-memory file with a schema (tests and small inputs): index, then every chunk.
+pub fn parse_bytes(
+    data: &[u8],
+    schema: &Schema,
+    skip_sequence_ids: bool,
+    sink: &mut dyn ErrorSink,
+) -> Result<ChunkData, Error> {
+    let main = schema.main_stream().map(|i| schema.streams()[i].alias.as_str());
+    let chunks = super::index::index_bytes(data, skip_sequence_ids, main, u64::MAX)?;
+    let parser = CtfParser::new(schema);
+    let mut out = ChunkData::new(schema);
+    for c in &chunks {
+        parser.parse_sequences(data, 0, &c.sequences, &mut out, sink)?;
+    }
+    Ok(out)
+}
+
+/// Collects one sequence's samples of stream `i` as `(index, value)` lists (sparse) or value lists
+/// (dense, as `(position, value)`), widened to f64. For tests and dumps.
+pub fn sequence_samples(d: &StreamData, seq: usize) -> Vec<Vec<(usize, f64)>> {
+    d.sequence_samples(seq)
+        .map(|k| {
+            let r = d.sample_value_range(k);
+            match &d.layout {
+                Layout::Dense => r.clone().enumerate().map(|(j, x)| (j, d.values.get_f64(x))).collect(),
+                Layout::Sparse { indices, .. } => r.map(|x| (indices[x] as usize, d.values.get_f64(x))).collect(),
+            }
+        })
+        .collect()
+}

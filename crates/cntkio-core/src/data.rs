@@ -1,0 +1,225 @@
+//! Columnar chunk data: what a parsed chunk holds, per stream, ready for the CBF writer and the
+//! minibatch source without copying.
+
+use crate::schema::{ElementType, Schema, StorageFormat};
+
+/// A stream's values, in its element type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Values {
+    /// 32-bit values.
+    F32(Vec<f32>),
+    /// 64-bit values.
+    F64(Vec<f64>),
+}
+
+impl Values {
+    /// Empty values of the given type.
+    pub fn new(t: ElementType) -> Values {
+        match t {
+            ElementType::F32 => Values::F32(Vec::new()),
+            ElementType::F64 => Values::F64(Vec::new()),
+        }
+    }
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Values::F32(v) => v.len(),
+            Values::F64(v) => v.len(),
+        }
+    }
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The element type.
+    pub fn element_type(&self) -> ElementType {
+        match self {
+            Values::F32(_) => ElementType::F32,
+            Values::F64(_) => ElementType::F64,
+        }
+    }
+    /// Value `i` widened to f64.
+    pub fn get_f64(&self, i: usize) -> f64 {
+        match self {
+            Values::F32(v) => f64::from(v[i]),
+            Values::F64(v) => v[i],
+        }
+    }
+    /// Drops every value from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        match self {
+            Values::F32(v) => v.truncate(len),
+            Values::F64(v) => v.truncate(len),
+        }
+    }
+    /// Removes all values, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.truncate(0)
+    }
+    /// Appends `n` zeros.
+    pub fn push_zeros(&mut self, n: usize) {
+        match self {
+            Values::F32(v) => v.resize(v.len() + n, 0.0),
+            Values::F64(v) => v.resize(v.len() + n, 0.0),
+        }
+    }
+    /// Appends a value given as f64 (rounded to f32 for f32 values).
+    pub fn push_f64(&mut self, x: f64) {
+        match self {
+            Values::F32(v) => v.push(x as f32),
+            Values::F64(v) => v.push(x),
+        }
+    }
+    /// Appends `other[range]`; both must have the same element type.
+    pub fn extend_from(&mut self, other: &Values, range: std::ops::Range<usize>) {
+        match (self, other) {
+            (Values::F32(a), Values::F32(b)) => a.extend_from_slice(&b[range]),
+            (Values::F64(a), Values::F64(b)) => a.extend_from_slice(&b[range]),
+            (Values::F32(a), Values::F64(b)) => a.extend(b[range].iter().map(|&x| x as f32)),
+            (Values::F64(a), Values::F32(b)) => a.extend(b[range].iter().map(|&x| f64::from(x))),
+        }
+    }
+}
+
+/// One stream's data in a chunk: all samples of all sequences, sequence after sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamData {
+    /// Dense or sparse, with the layout-specific parts.
+    pub layout: Layout,
+    /// The sample dimension.
+    pub dim: usize,
+    /// All values. Dense: `num_samples × dim`, sample-major. Sparse: every entry's value.
+    pub values: Values,
+    /// `sequence_offsets[s]..sequence_offsets[s+1]` are sequence `s`'s samples of this stream
+    /// (length = number of sequences + 1, starting at 0).
+    pub sequence_offsets: Vec<u64>,
+}
+
+/// The parts of a stream's data that depend on its storage format.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Layout {
+    /// `dim` values per sample.
+    Dense,
+    /// Compressed samples (CSR with samples as rows; CSC in CNTK's words).
+    Sparse {
+        /// Index of each entry, in file order (not sorted; duplicates kept), each `< dim`.
+        indices: Vec<i32>,
+        /// `sample_offsets[k]..sample_offsets[k+1]` are sample `k`'s entries (len = samples + 1).
+        sample_offsets: Vec<u64>,
+    },
+}
+
+impl StreamData {
+    /// Empty data for a stream.
+    pub fn new(format: StorageFormat, dim: usize, t: ElementType) -> StreamData {
+        StreamData {
+            layout: match format {
+                StorageFormat::Dense => Layout::Dense,
+                StorageFormat::Sparse => Layout::Sparse { indices: Vec::new(), sample_offsets: vec![0] },
+            },
+            dim,
+            values: Values::new(t),
+            sequence_offsets: vec![0],
+        }
+    }
+    /// Dense or sparse.
+    pub fn format(&self) -> StorageFormat {
+        match self.layout {
+            Layout::Dense => StorageFormat::Dense,
+            Layout::Sparse { .. } => StorageFormat::Sparse,
+        }
+    }
+    /// Number of sequences.
+    pub fn num_sequences(&self) -> usize {
+        self.sequence_offsets.len() - 1
+    }
+    /// Total number of samples.
+    pub fn num_samples(&self) -> u64 {
+        *self.sequence_offsets.last().unwrap_or(&0)
+    }
+    /// Number of samples of sequence `s`.
+    pub fn sequence_len(&self, s: usize) -> u64 {
+        self.sequence_offsets[s + 1] - self.sequence_offsets[s]
+    }
+    /// Samples `[a, b)` of sequence `s` as global sample indices.
+    pub fn sequence_samples(&self, s: usize) -> std::ops::Range<u64> {
+        self.sequence_offsets[s]..self.sequence_offsets[s + 1]
+    }
+    /// Range of `values` (and, for sparse, `indices`) holding sample `k`.
+    pub fn sample_value_range(&self, k: u64) -> std::ops::Range<usize> {
+        match &self.layout {
+            Layout::Dense => (k as usize * self.dim)..((k as usize + 1) * self.dim),
+            Layout::Sparse { sample_offsets, .. } => {
+                sample_offsets[k as usize] as usize..sample_offsets[k as usize + 1] as usize
+            }
+        }
+    }
+    /// Number of stored values (dense: samples × dim; sparse: non-zero entries).
+    pub fn num_values(&self) -> usize {
+        self.values.len()
+    }
+    /// Removes all data, keeping allocations.
+    pub fn clear(&mut self) {
+        self.values.clear();
+        self.sequence_offsets.clear();
+        self.sequence_offsets.push(0);
+        if let Layout::Sparse { indices, sample_offsets } = &mut self.layout {
+            indices.clear();
+            sample_offsets.clear();
+            sample_offsets.push(0);
+        }
+    }
+}
+
+/// A parsed chunk: its sequences and, per stream, their samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkData {
+    /// Sequence keys, in chunk order.
+    pub keys: Vec<u64>,
+    /// Each sequence's declared length in samples (what minibatch sizes count; CNTK's "number of samples").
+    pub num_samples: Vec<u32>,
+    /// One entry per schema stream, in schema order.
+    pub streams: Vec<StreamData>,
+}
+
+impl ChunkData {
+    /// Empty chunk data for a schema.
+    pub fn new(schema: &Schema) -> ChunkData {
+        ChunkData {
+            keys: Vec::new(),
+            num_samples: Vec::new(),
+            streams: schema
+                .streams()
+                .iter()
+                .map(|s| StreamData::new(s.format, s.dim, s.element_type))
+                .collect(),
+        }
+    }
+    /// Number of sequences.
+    pub fn num_sequences(&self) -> usize {
+        self.keys.len()
+    }
+    /// Removes all data, keeping allocations.
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.num_samples.clear();
+        for s in &mut self.streams {
+            s.clear();
+        }
+    }
+    /// Approximate heap size in bytes.
+    pub fn heap_bytes(&self) -> usize {
+        let mut n = self.keys.capacity() * 8 + self.num_samples.capacity() * 4;
+        for s in &self.streams {
+            n += s.sequence_offsets.capacity() * 8;
+            n += match &s.values {
+                Values::F32(v) => v.capacity() * 4,
+                Values::F64(v) => v.capacity() * 8,
+            };
+            if let Layout::Sparse { indices, sample_offsets } = &s.layout {
+                n += indices.capacity() * 4 + sample_offsets.capacity() * 8;
+            }
+        }
+        n
+    }
+}

@@ -1,0 +1,536 @@
+//! Errors: data first. Each kind has a stable code (`E0005`), a category (whose fault), and fields.
+
+use std::fmt;
+
+/// Whose fault an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// Reading or writing a file failed.
+    Io,
+    /// The input is wrong.
+    Format,
+    /// The caller is wrong (options, schema, arguments).
+    Usage,
+    /// The input asks for more than the limits allow.
+    Limit,
+}
+
+/// Where in an input an error was found. All fields are optional; `line` and `column` are 1-based,
+/// `byte` is a 0-based offset in the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Position {
+    /// The input's path, as given.
+    pub path: Option<String>,
+    /// Byte offset from the start of the file.
+    pub byte: Option<u64>,
+    /// 1-based line.
+    pub line: Option<u64>,
+    /// 1-based column, in bytes.
+    pub column: Option<u64>,
+    /// Key of the sequence being read.
+    pub sequence_id: Option<u64>,
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        if let Some(p) = &self.path {
+            write!(f, "{p}")?;
+            sep = ":";
+        }
+        match (self.line, self.column, self.byte) {
+            (Some(l), Some(c), _) => write!(f, "{sep}{l}:{c}"),
+            (Some(l), None, _) => write!(f, "{sep}{l}"),
+            (None, _, Some(b)) => write!(f, "{sep}byte {b}"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Shows a byte the way a person can read it.
+pub fn show_byte(b: Option<u8>) -> String {
+    match b {
+        None => "end of input".to_string(),
+        Some(b'\n') => "end of line".to_string(),
+        Some(b'\r') => "'\\r'".to_string(),
+        Some(b'\t') => "tab".to_string(),
+        Some(b' ') => "space".to_string(),
+        Some(b) if (0x21..0x7f).contains(&b) => format!("'{}'", b as char),
+        Some(b) => format!("byte 0x{b:02X}"),
+    }
+}
+
+struct B(Option<u8>);
+impl fmt::Display for B {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&show_byte(self.0))
+    }
+}
+
+/// What went wrong. `#[non_exhaustive]`: new kinds may be added.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    // ---- CTF: file level (fatal) -------------------------------------------------------------
+    /// The file starts with a UTF-16 little-endian byte order mark.
+    #[error("found a UTF-16 BOM at the beginning of the input file; UTF-16 encoding is not supported (CTF is read as bytes, save the file as UTF-8 or ASCII)")]
+    Utf16Bom,
+    /// The file has no bytes other than a UTF-8 BOM and whitespace.
+    #[error("input file is empty")]
+    EmptyFile,
+    /// In id mode (the first row starts with a digit... or should), the first non-blank byte is neither a digit nor `|`.
+    #[error("expected a sequence id (digits) or '|' at the start of the first row, found {}", B(Some(*found)))]
+    MissingSequenceId {
+        /// The byte found.
+        found: u8,
+    },
+    /// A sequence id does not fit in 64 bits.
+    #[error("sequence id overflows a 64-bit unsigned integer")]
+    SequenceIdOverflow,
+
+    // ---- CTF: sample level (counted against maxErrors) ---------------------------------------
+    /// A byte other than `|`, whitespace or a control byte where a sample should start.
+    #[error("unexpected {} where a sample should start; expected '|' followed by an input name", B(Some(*found)))]
+    ExpectedNamePrefix {
+        /// The byte found.
+        found: u8,
+    },
+    /// `|` followed by whitespace, `|` or a control byte.
+    #[error("input name prefix '|' is followed by {}; expected an input name", B(*found))]
+    EmptyName {
+        /// The byte after `|`.
+        found: Option<u8>,
+    },
+    /// An input name runs into the end of the file.
+    #[error("the file ends inside an input name; expected values after the name")]
+    NameAtEnd,
+    /// A byte that cannot start a number where a number should start.
+    #[error("unexpected {} in a number of stream \"{stream}\"; expected a digit, '+' or '-'", B(*found))]
+    InvalidNumber {
+        /// The stream being read.
+        stream: String,
+        /// The byte found.
+        found: Option<u8>,
+    },
+    /// A sign not followed by a digit.
+    #[error("a sign in a number of stream \"{stream}\" is followed by {}; expected a digit", B(*found))]
+    SignWithoutDigits {
+        /// The stream being read.
+        stream: String,
+        /// The byte found.
+        found: Option<u8>,
+    },
+    /// `e`/`E` not followed by a digit or sign.
+    #[error("an exponent mark in a number of stream \"{stream}\" is followed by {}; expected a digit, '+' or '-'", B(*found))]
+    ExponentWithoutDigits {
+        /// The stream being read.
+        stream: String,
+        /// The byte found.
+        found: Option<u8>,
+    },
+    /// A dense sample has more values than the stream's dimension.
+    #[error("dense sample of stream \"{stream}\" has {count} values, more than its dim {dim}")]
+    DenseTooManyValues {
+        /// The stream.
+        stream: String,
+        /// Number of values found.
+        count: u64,
+        /// The stream's dim.
+        dim: usize,
+    },
+    /// A dense sample with no values on a last row that has no newline.
+    #[error("dense sample of stream \"{stream}\" has no values at the end of the file (CNTK rejects this only without a final newline)")]
+    EmptyDenseAtEnd {
+        /// The stream.
+        stream: String,
+    },
+    /// A sparse entry does not start with an index.
+    #[error("expected a sparse index (digits) in stream \"{stream}\", found {}", B(*found))]
+    SparseIndexExpected {
+        /// The stream.
+        stream: String,
+        /// The byte found.
+        found: Option<u8>,
+    },
+    /// A sparse index does not fit in 64 bits.
+    #[error("sparse index in stream \"{stream}\" overflows a 64-bit unsigned integer")]
+    SparseIndexOverflow {
+        /// The stream.
+        stream: String,
+    },
+    /// A sparse index is not below the stream's dimension.
+    #[error("sparse index {index} >= dim {dim} in stream \"{stream}\"")]
+    SparseIndexOutOfRange {
+        /// The stream.
+        stream: String,
+        /// The index found.
+        index: u64,
+        /// The stream's dim.
+        dim: usize,
+    },
+    /// A sparse index not followed by `:`.
+    #[error("expected ':' after sparse index {index} in stream \"{stream}\", found {}", B(*found))]
+    SparseMissingColon {
+        /// The stream.
+        stream: String,
+        /// The index read.
+        index: u64,
+        /// The byte found.
+        found: Option<u8>,
+    },
+    /// The file ends inside a sparse sample in a way CNTK rejects.
+    #[error("the file ends inside sparse sample of stream \"{stream}\" (no final newline)")]
+    SparseAtEnd {
+        /// The stream.
+        stream: String,
+    },
+    /// A row with no sample read successfully (blank, comment-only, unknown names only, or all samples bad).
+    #[error("row has no valid sample (blank, comment-only, only unknown inputs or only bad samples)")]
+    EmptyRow,
+    /// The length-defining stream has more samples than the sequence has rows mentioning it.
+    #[error("stream \"{stream}\" has {found} samples in sequence {sequence}, more than the {expected} expected (the same input twice on one row?)")]
+    TooManySamples {
+        /// The stream.
+        stream: String,
+        /// Key of the sequence.
+        sequence: u64,
+        /// Samples read.
+        found: u64,
+        /// Samples expected.
+        expected: u64,
+    },
+    /// The length-defining streams have fewer samples than the sequence's declared length.
+    #[error("sequence {sequence} has {found} samples, fewer than the {expected} rows expected (a row without samples, or a stream on a line of its own without definesMBSize?)")]
+    TooFewSamples {
+        /// Key of the sequence.
+        sequence: u64,
+        /// Maximum sample count over the length-defining streams.
+        found: u64,
+        /// Declared count.
+        expected: u64,
+    },
+    /// A configured stream has no sample at all in a sequence: always fatal in CNTK.
+    #[error("stream(s) {} empty in sequence {sequence}; every sequence needs at least one sample of every configured stream", .streams.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", "))]
+    EmptyStream {
+        /// Key of the sequence.
+        sequence: u64,
+        /// Names of the empty streams.
+        streams: Vec<String>,
+    },
+    /// The number of tolerated errors (`maxErrors`) was exceeded.
+    #[error("reached the maximum number of allowed errors ({max_errors}); this error is one too many: {last}")]
+    MaxErrorsReached {
+        /// The budget.
+        max_errors: u64,
+        /// The error that exceeded it.
+        last: Box<Error>,
+    },
+
+    // ---- CBF ------------------------------------------------------------------------------
+    /// A CBF file is malformed.
+    #[error("invalid CBF file: {field} at byte {offset}: {problem}")]
+    CbfFormat {
+        /// The field being read.
+        field: String,
+        /// Its absolute offset.
+        offset: u64,
+        /// What is wrong and what was expected.
+        problem: String,
+    },
+
+    // ---- Usage ----------------------------------------------------------------------------
+    /// No streams configured.
+    #[error("no streams configured; give at least one --stream NAME:DIM:dense|sparse or a --config file")]
+    NoStreams,
+    /// A stream definition is invalid.
+    #[error("stream \"{stream}\": {reason}")]
+    InvalidStream {
+        /// The stream.
+        stream: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Two streams share an alias.
+    #[error("alias \"{alias}\" is used by both stream \"{first}\" and stream \"{second}\"")]
+    DuplicateAlias {
+        /// The alias.
+        alias: String,
+        /// First stream.
+        first: String,
+        /// Second stream.
+        second: String,
+    },
+    /// More than one stream has `definesMBSize`.
+    #[error("Only a single stream is allowed to define the minibatch size, but {} found: {}", .streams.len(), .streams.join(", "))]
+    SeveralMainStreams {
+        /// The streams marked.
+        streams: Vec<String>,
+    },
+    /// A configuration or argument is invalid.
+    #[error("{0}")]
+    Config(String),
+
+    // ---- Limits ---------------------------------------------------------------------------
+    /// A sequence is 4 GiB or larger (CNTK's limit).
+    #[error("sequence {sequence} is {len_bytes} bytes long; sequences must be smaller than 4 GiB")]
+    SequenceTooLarge {
+        /// Key.
+        sequence: u64,
+        /// Size.
+        len_bytes: u64,
+    },
+    /// A limit was exceeded.
+    #[error("{what} ({value}) exceeds the limit of {limit}")]
+    Limit {
+        /// What.
+        what: String,
+        /// The value asked for.
+        value: u64,
+        /// The limit.
+        limit: u64,
+    },
+
+    // ---- I/O ------------------------------------------------------------------------------
+    /// An I/O operation failed.
+    #[error("{op}: {source}")]
+    Io {
+        /// What was being done.
+        op: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ErrorKind {
+    /// Stable short code users can grep for.
+    pub fn code(&self) -> &'static str {
+        use ErrorKind::*;
+        match self {
+            Utf16Bom => "E0001",
+            EmptyFile => "E0002",
+            MissingSequenceId { .. } => "E0003",
+            SequenceIdOverflow => "E0004",
+            ExpectedNamePrefix { .. } => "E0005",
+            EmptyName { .. } => "E0006",
+            NameAtEnd => "E0007",
+            InvalidNumber { .. } => "E0008",
+            SignWithoutDigits { .. } => "E0009",
+            ExponentWithoutDigits { .. } => "E0010",
+            DenseTooManyValues { .. } => "E0011",
+            EmptyDenseAtEnd { .. } => "E0012",
+            SparseIndexExpected { .. } => "E0013",
+            SparseIndexOverflow { .. } => "E0014",
+            SparseIndexOutOfRange { .. } => "E0015",
+            SparseMissingColon { .. } => "E0016",
+            SparseAtEnd { .. } => "E0017",
+            EmptyRow => "E0018",
+            TooManySamples { .. } => "E0019",
+            TooFewSamples { .. } => "E0020",
+            EmptyStream { .. } => "E0021",
+            MaxErrorsReached { .. } => "E0022",
+            CbfFormat { .. } => "E0100",
+            NoStreams => "E1001",
+            InvalidStream { .. } => "E1002",
+            DuplicateAlias { .. } => "E1003",
+            SeveralMainStreams { .. } => "E1004",
+            Config(_) => "E1005",
+            SequenceTooLarge { .. } => "E3001",
+            Limit { .. } => "E3002",
+            Io { .. } => "E2001",
+        }
+    }
+
+    /// Whose fault it is.
+    pub fn category(&self) -> Category {
+        use ErrorKind::*;
+        match self {
+            Io { .. } => Category::Io,
+            NoStreams | InvalidStream { .. } | DuplicateAlias { .. } | SeveralMainStreams { .. } | Config(_) => {
+                Category::Usage
+            }
+            SequenceTooLarge { .. } | Limit { .. } => Category::Limit,
+            _ => Category::Format,
+        }
+    }
+
+    /// A hint on how to fix the input, when there is a common cause.
+    pub fn help(&self) -> Option<&'static str> {
+        use ErrorKind::*;
+        Some(match self {
+            EmptyRow => "blank and comment-only lines are errors inside CTF data (except at the start of the file); remove them, or raise --max-errors",
+            ExpectedNamePrefix { found } if found.is_ascii_digit() => {
+                "a sequence id must be the very first thing on its line (no leading spaces)"
+            }
+            ExpectedNamePrefix { .. } => "each sample is written as |name followed by its values",
+            TooFewSamples { .. } => {
+                "if a stream (a label, say) is written on fewer lines than the others, mark the longest stream with definesMBSize (--defines-mb-size NAME)"
+            }
+            TooManySamples { .. } => "each input may appear at most once per line",
+            EmptyStream { .. } => "CNTK cannot read a sequence that lacks a configured stream; check the aliases, or remove the stream from the schema",
+            InvalidNumber { .. } => "numbers are written like 1, -0.5, 2.5e-3 (no leading '.', no 'nan' or 'inf', no ',' as decimal separator)",
+            SparseIndexOutOfRange { .. } => "sparse indices are 0-based and must be smaller than the stream's dim",
+            SparseMissingColon { .. } => "sparse entries are written index:value with no spaces around ':'",
+            MissingSequenceId { .. } => "a CTF file starts either with a sequence id (digits) or with '|'",
+            EmptyDenseAtEnd { .. } | SparseAtEnd { .. } | NameAtEnd => "end the last line with a newline",
+            _ => return None,
+        })
+    }
+}
+
+/// A cntkio error: a kind plus where it happened.
+pub struct Error(Box<Inner>);
+
+struct Inner {
+    kind: ErrorKind,
+    position: Position,
+}
+
+impl Error {
+    /// An error with no position.
+    pub fn new(kind: ErrorKind) -> Error {
+        Error(Box::new(Inner { kind, position: Position::default() }))
+    }
+    /// An error at a byte offset.
+    pub fn at(kind: ErrorKind, byte: u64) -> Error {
+        Error(Box::new(Inner { kind, position: Position { byte: Some(byte), ..Position::default() } }))
+    }
+    /// An I/O error.
+    pub fn io(op: impl Into<String>, source: std::io::Error) -> Error {
+        Error::new(ErrorKind::Io { op: op.into(), source })
+    }
+    /// A configuration error.
+    pub fn config(msg: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Config(msg.into()))
+    }
+    /// A CBF format error.
+    pub fn cbf(field: impl Into<String>, offset: u64, problem: impl Into<String>) -> Error {
+        Error::at(ErrorKind::CbfFormat { field: field.into(), offset, problem: problem.into() }, offset)
+    }
+    /// The kind.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.0.kind
+    }
+    /// The kind, by value.
+    pub fn into_kind(self) -> ErrorKind {
+        self.0.kind
+    }
+    /// The position.
+    pub fn position(&self) -> &Position {
+        &self.0.position
+    }
+    /// The position, to fill in.
+    pub fn position_mut(&mut self) -> &mut Position {
+        &mut self.0.position
+    }
+    /// Sets the path.
+    pub fn with_path(mut self, path: impl Into<String>) -> Error {
+        self.0.position.path = Some(path.into());
+        self
+    }
+    /// Sets the sequence key.
+    pub fn with_sequence(mut self, key: u64) -> Error {
+        self.0.position.sequence_id = Some(key);
+        self
+    }
+    /// True for I/O errors.
+    pub fn is_io(&self) -> bool {
+        self.0.kind.category() == Category::Io
+    }
+    /// Stable short code.
+    pub fn code(&self) -> &'static str {
+        self.0.kind.code()
+    }
+    /// Category.
+    pub fn category(&self) -> Category {
+        self.0.kind.category()
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error").field("kind", &self.0.kind).field("position", &self.0.position).finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = self.position().to_string();
+        if p.is_empty() {
+            write!(f, "error[{}]: {}", self.code(), self.kind())
+        } else {
+            write!(f, "{p}: error[{}]: {}", self.code(), self.kind())
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self.kind() {
+            ErrorKind::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// A warning: something CNTK tolerates without counting an error, reported on request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WarningKind {
+    /// A dense sample with fewer values than `dim`, zero-filled.
+    ShortDenseSample {
+        /// The stream.
+        stream: String,
+        /// Values found.
+        count: u64,
+        /// The stream's dim.
+        dim: usize,
+    },
+    /// A dense sample on a final row without newline had more values than `dim`; the extra are dropped.
+    LongDenseSampleAtEnd {
+        /// The stream.
+        stream: String,
+        /// Values found.
+        count: u64,
+        /// The stream's dim.
+        dim: usize,
+    },
+    /// An input name not in the schema; its sample is skipped.
+    UnknownInput {
+        /// The name found.
+        name: String,
+    },
+    /// The file does not end with a newline.
+    MissingFinalNewline,
+}
+
+impl fmt::Display for WarningKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WarningKind::ShortDenseSample { stream, count, dim } => write!(
+                f,
+                "dense sample of stream \"{stream}\" has {count} of {dim} values; the rest are zeros"
+            ),
+            WarningKind::LongDenseSampleAtEnd { stream, count, dim } => write!(
+                f,
+                "dense sample of stream \"{stream}\" on the last line has {count} values, more than dim {dim}; the extra values are ignored"
+            ),
+            WarningKind::UnknownInput { name } => {
+                write!(f, "input \"{name}\" is not in the schema; its sample is skipped")
+            }
+            WarningKind::MissingFinalNewline => write!(f, "the file does not end with a newline"),
+        }
+    }
+}
+
+impl WarningKind {
+    /// Stable short code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WarningKind::ShortDenseSample { .. } => "W0001",
+            WarningKind::LongDenseSampleAtEnd { .. } => "W0002",
+            WarningKind::UnknownInput { .. } => "W0003",
+            WarningKind::MissingFinalNewline => "W0004",
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! Numbers exactly as CNTK 2.7 computes them (CTF.md §5.3).
+//!
+//! CNTK does not round correctly: it accumulates the integer digits `I` and the fraction digits `F` in a
+//! double (`x = x*10 + d`), divides by `D = 10^k` built by repeated multiplication, adds, and multiplies by
+//! C's `pow(10, ±E)`. The result is converted to the element type afterwards (so `float` values are
+//! rounded twice). [`parse_number`] reproduces those bits with a fast path: while a digit run has at most
+//! 15 digits its value is below 2^53, so accumulating it in a `u64` and converting gives the same double.
+
+use std::sync::OnceLock;
+
+/// Why a number could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NumberErrorKind {
+    /// The first byte is not a digit or a sign.
+    InvalidStart,
+    /// A sign is not followed by a digit.
+    SignWithoutDigits,
+    /// `e`/`E` (or `e+`/`e-`) is not followed by a digit.
+    ExponentWithoutDigits,
+}
+
+/// A number that could not be read: what, and the offending byte (`None` = end of input) at `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumberError {
+    /// What went wrong.
+    pub kind: NumberErrorKind,
+    /// The offending byte.
+    pub found: Option<u8>,
+    /// Its offset in the input slice.
+    pub at: usize,
+}
+
+/// `D` for `k` fraction digits as CNTK builds it: 10, then times 10 for each further digit.
+fn frac_div(k: usize) -> f64 {
+    static TABLE: OnceLock<Vec<f64>> = OnceLock::new();
+    let t = TABLE.get_or_init(|| {
+        let mut v = Vec::with_capacity(400);
+        let mut d = 1.0f64;
+        v.push(d);
+        for _ in 1..400 {
+            d *= 10.0;
+            v.push(d);
+        }
+        v
+    });
+    // From 309 digits on D is +inf and stays so.
+    t.get(k).copied().unwrap_or(f64::INFINITY)
+}
+
+/// C's `pow(10, e)` for an integer exponent, as the platform's libm computes it.
+fn pow10(e: i64) -> f64 {
+    const LIM: i64 = 400;
+    static TABLE: OnceLock<Vec<f64>> = OnceLock::new();
+    if e > LIM {
+        return f64::INFINITY;
+    }
+    if e < -LIM {
+        return 0.0;
+    }
+    let t = TABLE.get_or_init(|| (-LIM..=LIM).map(|e| 10f64.powf(e as f64)).collect());
+    t[(e + LIM) as usize]
+}
+
+#[inline(always)]
+fn digits_f64(s: &[u8]) -> f64 {
+    let mut v = 0.0f64;
+    for &c in s {
+        v = v * 10.0 + f64::from(c - b'0');
+    }
+    v
+}
+
+/// Reads the digit run starting at `i`; returns its end and the value CNTK accumulates.
+#[inline(always)]
+fn digit_run(s: &[u8], start: usize) -> (usize, f64) {
+    let mut i = start;
+    let mut m: u64 = 0;
+    while let Some(&c) = s.get(i) {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        m = m.wrapping_mul(10).wrapping_add(u64::from(d));
+        i += 1;
+    }
+    if i - start <= 15 {
+        (i, m as f64)
+    } else {
+        (i, digits_f64(&s[start..i]))
+    }
+}
+
+/// Reads one number starting at `s[i]`, as CNTK's state machine does (CTF.md §5.3).
+///
+/// On success returns the value (as a double; convert with `as f32` for float streams) and the offset
+/// of the byte that ended it (not consumed; `s.len()` at the end of input).
+#[inline]
+pub fn parse_number(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
+    let mut i = start;
+    let mut neg = false;
+    match s.get(i) {
+        Some(c) if c.is_ascii_digit() => {}
+        Some(&c) if c == b'-' || c == b'+' => {
+            neg = c == b'-';
+            i += 1;
+            match s.get(i) {
+                Some(d) if d.is_ascii_digit() => {}
+                other => {
+                    return Err(NumberError { kind: NumberErrorKind::SignWithoutDigits, found: other.copied(), at: i })
+                }
+            }
+        }
+        other => return Err(NumberError { kind: NumberErrorKind::InvalidStart, found: other.copied(), at: i }),
+    }
+    let (j, int_val) = digit_run(s, i);
+    i = j;
+    let coef = match s.get(i) {
+        Some(b'.') => {
+            i += 1;
+            let (j, frac) = digit_run(s, i);
+            let k = j - i;
+            i = j;
+            if k == 0 {
+                // "period" state: `5.` is 5; whatever follows ends the number.
+                return Ok((if neg { -int_val } else { int_val }, i));
+            }
+            let coef = int_val + frac / frac_div(k);
+            match s.get(i) {
+                Some(b'e' | b'E') => {
+                    i += 1;
+                    coef
+                }
+                _ => return Ok((if neg { -coef } else { coef }, i)),
+            }
+        }
+        Some(b'e' | b'E') => {
+            i += 1;
+            int_val
+        }
+        _ => return Ok((if neg { -int_val } else { int_val }, i)),
+    };
+    // Exponent: after the mark.
+    let mut eneg = false;
+    match s.get(i) {
+        Some(c) if c.is_ascii_digit() => {}
+        Some(&c) if c == b'-' || c == b'+' => {
+            eneg = c == b'-';
+            i += 1;
+            match s.get(i) {
+                Some(d) if d.is_ascii_digit() => {}
+                other => {
+                    return Err(NumberError {
+                        kind: NumberErrorKind::ExponentWithoutDigits,
+                        found: other.copied(),
+                        at: i,
+                    })
+                }
+            }
+        }
+        other => {
+            return Err(NumberError { kind: NumberErrorKind::ExponentWithoutDigits, found: other.copied(), at: i })
+        }
+    }
+    let mut e: i64 = 0;
+    while let Some(&c) = s.get(i) {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        // Saturate: pow(10, ±E) is already inf / 0 long before this.
+        e = (e * 10 + i64::from(d)).min(1_000_000);
+        i += 1;
+    }
+    // CNTK applies the sign to the coefficient before multiplying (this matters for the NaN of -0e400).
+    let c = if neg { -coef } else { coef };
+    Ok((c * pow10(if eneg { -e } else { e }), i))
+}
+
+/// A direct, slow transcription of CNTK's state machine (every digit through a double), used to check
+/// [`parse_number`] in tests. Same contract.
+#[doc(hidden)]
+pub fn parse_number_reference(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
+    #[derive(PartialEq)]
+    enum St {
+        Init,
+        Sign,
+        Int,
+        Period,
+        Frac,
+        Exp,
+        ExpSign,
+        ExpDigits,
+    }
+    let (mut st, mut coef, mut num, mut div, mut neg) = (St::Init, 0.0f64, 0.0f64, 0.0f64, false);
+    let mut i = start;
+    let err = |kind, i: usize| Err(NumberError { kind, found: s.get(i).copied(), at: i });
+    loop {
+        let c = s.get(i).copied();
+        let dig = c.map(|c| c.is_ascii_digit()).unwrap_or(false);
+        let d = c.map(|c| f64::from(c.wrapping_sub(b'0'))).unwrap_or(0.0);
+        match st {
+            St::Init => match c {
+                _ if dig => {
+                    st = St::Int;
+                    num = d
+                }
+                Some(b'+') | Some(b'-') => {
+                    st = St::Sign;
+                    neg = c == Some(b'-')
+                }
+                _ => return err(NumberErrorKind::InvalidStart, i),
+            },
+            St::Sign => {
+                if dig {
+                    st = St::Int;
+                    num = d
+                } else {
+                    return err(NumberErrorKind::SignWithoutDigits, i);
+                }
+            }
+            St::Int => match c {
+                _ if dig => num = num * 10.0 + d,
+                Some(b'.') => st = St::Period,
+                Some(b'e') | Some(b'E') => {
+                    st = St::Exp;
+                    coef = if neg { -num } else { num };
+                    num = 0.0
+                }
+                _ => return Ok((if neg { -num } else { num }, i)),
+            },
+            St::Period => {
+                if dig {
+                    st = St::Frac;
+                    coef = num;
+                    num = d;
+                    div = 10.0
+                } else {
+                    return Ok((if neg { -num } else { num }, i));
+                }
+            }
+            St::Frac => match c {
+                _ if dig => {
+                    num = num * 10.0 + d;
+                    div *= 10.0
+                }
+                Some(b'e') | Some(b'E') => {
+                    st = St::Exp;
+                    coef += num / div;
+                    if neg {
+                        coef = -coef
+                    }
+                }
+                _ => {
+                    coef += num / div;
+                    return Ok((if neg { -coef } else { coef }, i));
+                }
+            },
+            St::Exp => match c {
+                _ if dig => {
+                    st = St::ExpDigits;
+                    neg = false;
+                    num = d
+                }
+                Some(b'+') | Some(b'-') => {
+                    st = St::ExpSign;
+                    neg = c == Some(b'-')
+                }
+                _ => return err(NumberErrorKind::ExponentWithoutDigits, i),
+            },
+            St::ExpSign => {
+                if dig {
+                    st = St::ExpDigits;
+                    num = d
+                } else {
+                    return err(NumberErrorKind::ExponentWithoutDigits, i);
+                }
+            }
+            St::ExpDigits => {
+                if dig {
+                    num = num * 10.0 + d
+                } else {
+                    let e = if neg { -num } else { num };
+                    return Ok((coef * 10f64.powf(e), i));
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<(f64, usize), NumberError> {
+        parse_number(s.as_bytes(), 0)
+    }
+    fn v(s: &str) -> f64 {
+        p(s).unwrap().0
+    }
+
+    #[test]
+    fn accepted_forms() {
+        assert_eq!(v("1"), 1.0);
+        assert_eq!(v("+2.5"), 2.5);
+        assert_eq!(v("007"), 7.0);
+        assert_eq!(v("5."), 5.0);
+        assert_eq!(v("1e3"), 1000.0);
+        assert_eq!(v("1E-3"), 1.0 * 10f64.powf(-3.0));
+        assert_eq!(v("1.5e+2"), 150.0);
+        assert!(v("-0").is_sign_negative() && v("-0") == 0.0);
+        assert_eq!(v("123456789012345678901234567890"), digits_f64(b"123456789012345678901234567890"));
+        assert_eq!(v("1e400"), f64::INFINITY);
+        assert_eq!(v("-1e400"), f64::NEG_INFINITY);
+        assert!(v("0e400").is_nan());
+        assert_eq!(v("1e-400"), 0.0);
+    }
+
+    #[test]
+    fn where_numbers_end() {
+        assert_eq!(p("1-2").unwrap().1, 1);
+        assert_eq!(p("1+2").unwrap().1, 1);
+        assert_eq!(p("2,5").unwrap().1, 1);
+        assert_eq!(p("1.5.5").unwrap(), (1.5, 3));
+        assert_eq!(p("1.e5").unwrap(), (1.0, 2));
+        assert_eq!(p("12abc").unwrap(), (12.0, 2));
+        assert_eq!(p("0x1").unwrap(), (0.0, 1));
+        assert_eq!(p("1e5e5").unwrap(), (1e5, 3));
+    }
+
+    #[test]
+    fn rejected_forms() {
+        for (s, kind, at) in [
+            (".5", NumberErrorKind::InvalidStart, 0),
+            ("-.25", NumberErrorKind::SignWithoutDigits, 1),
+            ("nan", NumberErrorKind::InvalidStart, 0),
+            ("--1", NumberErrorKind::SignWithoutDigits, 1),
+            ("+-1", NumberErrorKind::SignWithoutDigits, 1),
+            ("1e", NumberErrorKind::ExponentWithoutDigits, 2),
+            ("1e+", NumberErrorKind::ExponentWithoutDigits, 3),
+            ("-", NumberErrorKind::SignWithoutDigits, 1),
+            ("", NumberErrorKind::InvalidStart, 0),
+        ] {
+            let e = p(s).unwrap_err();
+            assert_eq!((e.kind, e.at), (kind, at), "{s}");
+            let r = parse_number_reference(s.as_bytes(), 0).unwrap_err();
+            assert_eq!((r.kind, r.at), (kind, at), "{s}");
+        }
+    }
+
+    #[test]
+    fn not_correctly_rounded_like_cntk() {
+        // 0.1 + 0.2 style: I + F/D with F/D rounded, then the sum rounded.
+        let s = "1.0000000000000002220446049250313";
+        let (a, _) = p(s).unwrap();
+        let (b, _) = parse_number_reference(s.as_bytes(), 0).unwrap();
+        assert_eq!(a.to_bits(), b.to_bits());
+        // 17 integer digits accumulate with rounding at each step.
+        let s = "98765432109876543.25e-3";
+        assert_eq!(p(s).unwrap().0.to_bits(), parse_number_reference(s.as_bytes(), 0).unwrap().0.to_bits());
+    }
+
+    #[test]
+    fn negative_zero_times_infinity_keeps_cntk_nan_bits() {
+        let a = p("-0e400").unwrap().0;
+        let b = parse_number_reference(b"-0e400", 0).unwrap().0;
+        assert_eq!(a.to_bits(), b.to_bits());
+    }
+}

@@ -1,0 +1,3 @@
+//! cntkio
+#![deny(missing_docs)]
+pub use cntkio_core as core_formats;
