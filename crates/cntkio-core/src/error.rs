@@ -68,7 +68,7 @@ impl fmt::Display for B {
 }
 
 /// What went wrong. `#[non_exhaustive]`: new kinds may be added.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ErrorKind {
     // ---- CTF: file level (fatal) -------------------------------------------------------------
@@ -298,7 +298,7 @@ pub enum ErrorKind {
         op: String,
         /// The OS error.
         #[source]
-        source: std::io::Error,
+        source: std::sync::Arc<std::io::Error>,
     },
 }
 
@@ -379,8 +379,10 @@ impl ErrorKind {
 }
 
 /// A cntkio error: a kind plus where it happened.
+#[derive(Clone)]
 pub struct Error(Box<Inner>);
 
+#[derive(Clone)]
 struct Inner {
     kind: ErrorKind,
     position: Position,
@@ -397,7 +399,7 @@ impl Error {
     }
     /// An I/O error.
     pub fn io(op: impl Into<String>, source: std::io::Error) -> Error {
-        Error::new(ErrorKind::Io { op: op.into(), source })
+        Error::new(ErrorKind::Io { op: op.into(), source: std::sync::Arc::new(source) })
     }
     /// A configuration error.
     pub fn config(msg: impl Into<String>) -> Error {
@@ -467,7 +469,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self.kind() {
-            ErrorKind::Io { source, .. } => Some(source),
+            ErrorKind::Io { source, .. } => Some(&**source),
             _ => None,
         }
     }

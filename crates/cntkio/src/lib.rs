@@ -9,3 +9,10 @@ pub use cntkio_core::{
 
 pub mod options;
 pub use options::CtfOptions;
+
+pub mod ctf;
+pub mod input;
+mod mmap;
+
+pub use ctf::{CtfIndex, CtfReader};
+pub use input::{Access, InputFile};

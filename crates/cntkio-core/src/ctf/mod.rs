@@ -2,6 +2,7 @@
 //! (a sequence's bytes → samples). Pure: no files, no threads.
 
 pub mod index;
+pub mod infer;
 pub mod parse;
 
 /// CNTK's "non-printable" test on a signed x86 `char`: control bytes and every byte ≥ 0x80.

@@ -19,6 +19,11 @@ pub trait ErrorSink {
     }
     /// A warning (not counted) at an absolute byte offset.
     fn warning(&mut self, _w: WarningKind, _byte: u64) {}
+    /// An error CNTK always treats as fatal (a stream empty in a sequence). Return `Ok` to drop the
+    /// sequence and go on (cntkio's `skip_bad_sequences`), `Err` to stop (CNTK's behaviour, the default).
+    fn fatal(&mut self, e: Error) -> Result<(), Error> {
+        Err(e)
+    }
 }
 
 /// A sink that fails on the first error (CNTK's default `maxErrors = 0`).
@@ -144,6 +149,7 @@ impl CtfParser {
         let mut st = SeqState {
             counts: vec![0; self.streams.len()],
             value_start: vec![0; self.streams.len()],
+            offsets_start: vec![0; self.streams.len()],
         };
         for seq in seqs {
             let a = seq
@@ -178,6 +184,9 @@ impl CtfParser {
         for (i, d) in out.streams.iter().enumerate() {
             st.counts[i] = 0;
             st.value_start[i] = d.values.len();
+            if let Layout::Sparse { sample_offsets, .. } = &d.layout {
+                st.offsets_start[i] = sample_offsets.len();
+            }
         }
         let n = s.len();
         let mut p = 0usize;
@@ -241,7 +250,16 @@ impl CtfParser {
             .map(|(s, _)| s.name.clone())
             .collect();
         if !empty.is_empty() {
-            return Err(Error::at(ErrorKind::EmptyStream { sequence: seq.key, streams: empty }, base).with_sequence(seq.key));
+            sink.fatal(Error::at(ErrorKind::EmptyStream { sequence: seq.key, streams: empty }, base).with_sequence(seq.key))?;
+            // The sink chose to drop the sequence: undo what was read of it.
+            for (i, d) in out.streams.iter_mut().enumerate() {
+                d.values.truncate(st.value_start[i]);
+                if let Layout::Sparse { indices, sample_offsets } = &mut d.layout {
+                    indices.truncate(st.value_start[i]);
+                    sample_offsets.truncate(st.offsets_start[i]);
+                }
+            }
+            return Ok(());
         }
         let expected = u64::from(seq.num_samples);
         let mut overall = 0u64;
@@ -391,6 +409,8 @@ struct SeqState {
     counts: Vec<u64>,
     /// Length of each stream's values at the start of the current sequence.
     value_start: Vec<usize>,
+    /// Length of each sparse stream's `sample_offsets` at the start of the current sequence.
+    offsets_start: Vec<usize>,
 }
 
 #[inline]

@@ -1,0 +1,190 @@
+//! Reading CTF files: the index (streaming or whole, cached on request), chunk parsing, and an ordered
+//! parallel pass over all chunks with CNTK's `maxErrors` budget.
+
+pub mod cache;
+pub mod index;
+pub mod parse;
+pub mod scan;
+
+pub use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
+pub use cntkio_core::ctf::SequenceDesc;
+pub use index::{build_index, index_streaming, CtfIndex, IndexConfig};
+pub use parse::{parse_chunk, ParsePolicy, ParsedChunk};
+pub use scan::{scan_file, ScanOptions, ScanSummary};
+
+use crate::input::{Access, InputFile};
+use crate::{CtfOptions, Error, Schema};
+use cntkio_core::ctf::parse::CtfParser;
+use cntkio_core::{ChunkData, ErrorKind};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// The index configuration implied by a schema and options.
+pub fn index_config(schema: &Schema, opts: &CtfOptions) -> IndexConfig {
+    IndexConfig {
+        skip_sequence_ids: opts.skip_sequence_ids,
+        main_alias: schema.main_stream().map(|i| schema.streams()[i].alias.clone()),
+        chunk_size: opts.chunk_size,
+    }
+}
+
+/// A CTF file opened for random access by chunk: indexed (or loaded from its index cache) at open.
+#[derive(Debug)]
+pub struct CtfReader {
+    file: InputFile,
+    parser: CtfParser,
+    options: CtfOptions,
+    index: CtfIndex,
+    budget: Mutex<Budget>,
+    kept: Mutex<HashMap<u32, Arc<ChunkData>>>,
+}
+
+#[derive(Debug, Default)]
+struct Budget {
+    used: u64,
+    counted: Vec<bool>,
+}
+
+impl CtfReader {
+    /// Opens and indexes `path` (using and refreshing the index cache if `options.cache_index`).
+    pub fn open(path: impl AsRef<Path>, schema: &Schema, options: &CtfOptions) -> Result<CtfReader, Error> {
+        Self::open_with(path.as_ref(), schema, options, Access::Read, rayon::current_num_threads())
+    }
+
+    /// Opens with a chosen file access and number of indexing threads.
+    pub fn open_with(
+        path: &Path,
+        schema: &Schema,
+        options: &CtfOptions,
+        access: Access,
+        threads: usize,
+    ) -> Result<CtfReader, Error> {
+        let file = InputFile::open(path, access)?;
+        let cfg = index_config(schema, options);
+        let index = if options.cache_index {
+            cache::load_or_build(&file, &cfg, threads)?
+        } else {
+            build_index(&file, &cfg, threads, &mut |_| {})
+        }
+        .map_err(|e| locate_index_error(e, &file))?;
+        let n = index.chunks.len();
+        Ok(CtfReader {
+            file,
+            parser: CtfParser::new(schema),
+            options: options.clone(),
+            index,
+            budget: Mutex::new(Budget { used: 0, counted: vec![false; n] }),
+            kept: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The index.
+    pub fn index(&self) -> &CtfIndex {
+        &self.index
+    }
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        self.parser.schema()
+    }
+    /// The options.
+    pub fn options(&self) -> &CtfOptions {
+        &self.options
+    }
+    /// The input file.
+    pub fn file(&self) -> &InputFile {
+        &self.file
+    }
+
+    /// Loads and parses chunk `i`. Errors count against `maxErrors` once per chunk (the first time it
+    /// is loaded; CNTK counts them again on every reload — a deliberate difference).
+    pub fn load_chunk(&self, i: usize) -> Result<Arc<ChunkData>, Error> {
+        if let Some(d) = self.kept.lock().expect("lock").get(&(i as u32)) {
+            return Ok(d.clone());
+        }
+        let desc = self.index.chunks.get(i).cloned().ok_or_else(|| {
+            Error::config(format!("chunk {i} does not exist (the file has {} chunks)", self.index.chunks.len()))
+        })?;
+        let policy = ParsePolicy {
+            stop_after: usize::try_from(self.options.max_errors).unwrap_or(usize::MAX).saturating_add(1),
+            keep: 1000,
+            warnings: false,
+            skip_bad_sequences: false,
+        };
+        let mut buf = Vec::new();
+        let p = parse_chunk(&self.file, &self.parser, desc, policy, &mut buf, ChunkData::new(self.schema()))?;
+        {
+            let mut b = self.budget.lock().expect("lock");
+            if !b.counted[i] {
+                b.counted[i] = true;
+                apply_budget(&mut b.used, self.options.max_errors, &p)?;
+            }
+        }
+        if let Some(f) = p.fatal {
+            return Err(f);
+        }
+        let data = Arc::new(p.data);
+        if self.options.keep_data_in_memory {
+            self.kept.lock().expect("lock").insert(i as u32, data.clone());
+        }
+        Ok(data)
+    }
+}
+
+/// Applies CNTK's `maxErrors` budget to a chunk's errors, in order. The error that exceeds it is returned
+/// as `MaxErrorsReached`.
+pub(crate) fn apply_budget(used: &mut u64, max_errors: u64, p: &ParsedChunk) -> Result<(), Error> {
+    for e in &p.errors {
+        *used += 1;
+        if *used > max_errors {
+            let pos = e.position().clone();
+            let mut err = Error::new(ErrorKind::MaxErrorsReached { max_errors, last: Box::new(e.clone()) });
+            *err.position_mut() = pos;
+            return Err(err);
+        }
+    }
+    // Errors beyond those kept (only when more than `keep` happened in one chunk).
+    let extra = p.num_errors - p.errors.len() as u64;
+    *used += extra;
+    if *used > max_errors {
+        return Err(Error::new(ErrorKind::MaxErrorsReached {
+            max_errors,
+            last: Box::new(Error::config(format!("{} errors in chunk {}", p.num_errors, p.desc.index))),
+        }));
+    }
+    if let Some(f) = &p.fatal {
+        return Err(f.clone());
+    }
+    Ok(())
+}
+
+/// Index-level errors carry a byte offset; give them a line and column too.
+pub(crate) fn locate_index_error(mut e: Error, file: &InputFile) -> Error {
+    let path = file.path().display().to_string();
+    if let Some(b) = e.position().byte {
+        // Count lines up to the offset (index errors are rare and fatal, so a scan is fine).
+        let mut line = 1u64;
+        let mut col = b + 1;
+        let mut off = 0u64;
+        let mut buf = vec![0u8; 1 << 20];
+        while off < b {
+            let want = ((b - off) as usize).min(buf.len());
+            match file.read_some(off, &mut buf[..want]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let chunk = &buf[..n];
+                    line += memchr::memchr_iter(b'\n', chunk).count() as u64;
+                    if let Some(k) = memchr::memrchr(b'\n', chunk) {
+                        col = b - (off + k as u64 + 1) + 1;
+                    }
+                    off += n as u64;
+                }
+            }
+        }
+        let p = e.position_mut();
+        p.line = Some(line);
+        p.column = Some(col);
+    }
+    e.position_mut().path = Some(path);
+    e
+}

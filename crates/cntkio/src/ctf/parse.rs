@@ -1,0 +1,176 @@
+//! Parsing one chunk of a CTF file, with errors located at file:line:column.
+
+use crate::input::InputFile;
+use crate::Error;
+use cntkio_core::ctf::index::ChunkDesc;
+use cntkio_core::ctf::parse::{CtfParser, ErrorSink};
+use cntkio_core::{ChunkData, ErrorKind, Position, WarningKind};
+
+/// How a chunk is parsed.
+#[derive(Debug, Clone, Copy)]
+pub struct ParsePolicy {
+    /// Stop parsing the chunk after this many errors (`usize::MAX`: never).
+    pub stop_after: usize,
+    /// Keep at most this many errors (the rest are only counted).
+    pub keep: usize,
+    /// Record warnings (up to `keep`).
+    pub warnings: bool,
+    /// Drop a sequence that has an empty stream instead of failing (cntkio's `skip_bad_sequences`).
+    pub skip_bad_sequences: bool,
+}
+
+/// A parsed chunk and what went wrong in it.
+#[derive(Debug)]
+pub struct ParsedChunk {
+    /// The chunk.
+    pub desc: ChunkDesc,
+    /// Its data (incomplete when `fatal` is set or parsing stopped early).
+    pub data: ChunkData,
+    /// Counted errors (located), at most `keep` of them.
+    pub errors: Vec<Error>,
+    /// Total number of counted errors.
+    pub num_errors: u64,
+    /// Sequences dropped because a stream was empty (only with `skip_bad_sequences`), located.
+    pub dropped: Vec<Error>,
+    /// Warnings (located), when asked for.
+    pub warnings: Vec<(WarningKind, Position)>,
+    /// Total number of warnings seen (when asked for).
+    pub num_warnings: u64,
+    /// The error that stopped parsing, if any (located).
+    pub fatal: Option<Error>,
+    /// True if parsing stopped because `stop_after` errors were reached.
+    pub stopped: bool,
+}
+
+struct Sink {
+    policy: ParsePolicy,
+    errors: Vec<Error>,
+    num_errors: u64,
+    dropped: Vec<Error>,
+    warnings: Vec<(WarningKind, u64)>,
+    num_warnings: u64,
+    stopped: bool,
+}
+
+impl ErrorSink for Sink {
+    fn error(&mut self, e: Error) -> Result<(), Error> {
+        self.num_errors += 1;
+        if self.errors.len() < self.policy.keep {
+            self.errors.push(e);
+        }
+        if self.num_errors >= self.policy.stop_after as u64 {
+            self.stopped = true;
+            return Err(Error::new(ErrorKind::Config("stopped".into())));
+        }
+        Ok(())
+    }
+    fn wants_warnings(&self) -> bool {
+        self.policy.warnings
+    }
+    fn warning(&mut self, w: WarningKind, byte: u64) {
+        self.num_warnings += 1;
+        if self.warnings.len() < self.policy.keep {
+            self.warnings.push((w, byte));
+        }
+    }
+    fn fatal(&mut self, e: Error) -> Result<(), Error> {
+        if self.policy.skip_bad_sequences {
+            if self.dropped.len() < self.policy.keep {
+                self.dropped.push(e);
+            }
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+}
+
+/// Parses one chunk of `file`. I/O errors are returned; data errors are in the result.
+pub fn parse_chunk(
+    file: &InputFile,
+    parser: &CtfParser,
+    desc: ChunkDesc,
+    policy: ParsePolicy,
+    buf: &mut Vec<u8>,
+    mut data: ChunkData,
+) -> Result<ParsedChunk, Error> {
+    data.clear();
+    let len = usize::try_from(desc.len_bytes).map_err(|_| {
+        Error::new(ErrorKind::Limit { what: "chunk size".into(), value: desc.len_bytes, limit: usize::MAX as u64 })
+    })?;
+    let mut sink = Sink {
+        policy,
+        errors: Vec::new(),
+        num_errors: 0,
+        dropped: Vec::new(),
+        warnings: Vec::new(),
+        num_warnings: 0,
+        stopped: false,
+    };
+    let path = file.path().display().to_string();
+    file.with_bytes(desc.offset, len, buf, |bytes| {
+        let r = parser.parse_sequences(bytes, desc.offset, &desc.sequences, &mut data, &mut sink);
+        let fatal = match r {
+            Ok(()) => None,
+            Err(_) if sink.stopped => None,
+            Err(e) => Some(e),
+        };
+        let mut loc = Locator::new(bytes, desc.offset, desc.first_line, &path);
+        let errors = sink.errors.into_iter().map(|e| loc.locate(e)).collect();
+        let dropped = sink.dropped.into_iter().map(|e| loc.locate(e)).collect();
+        let fatal = fatal.map(|e| loc.locate(e));
+        let warnings = sink.warnings.into_iter().map(|(w, b)| (w, loc.position(b))).collect();
+        ParsedChunk {
+            desc,
+            data,
+            errors,
+            num_errors: sink.num_errors,
+            dropped,
+            warnings,
+            num_warnings: sink.num_warnings,
+            fatal,
+            stopped: sink.stopped,
+        }
+    })
+}
+
+/// Turns byte offsets inside a chunk into lines and columns.
+pub(crate) struct Locator<'a> {
+    bytes: &'a [u8],
+    base: u64,
+    first_line: u64,
+    path: &'a str,
+}
+
+impl<'a> Locator<'a> {
+    pub(crate) fn new(bytes: &'a [u8], base: u64, first_line: u64, path: &'a str) -> Self {
+        Locator { bytes, base, first_line, path }
+    }
+
+    pub(crate) fn position(&mut self, byte: u64) -> Position {
+        let mut p = Position { path: Some(self.path.to_string()), byte: Some(byte), ..Position::default() };
+        if let Some(rel) = byte.checked_sub(self.base).and_then(|r| usize::try_from(r).ok()) {
+            let rel = rel.min(self.bytes.len());
+            let before = &self.bytes[..rel];
+            let lines = memchr::memchr_iter(b'\n', before).count() as u64;
+            let line_start = memchr::memrchr(b'\n', before).map_or(0, |k| k + 1);
+            // A chunk starts at a row start, so its first line starts at column 1.
+            p.line = Some(self.first_line + lines + 1);
+            p.column = Some((rel - line_start) as u64 + 1);
+        }
+        p
+    }
+
+    pub(crate) fn locate(&mut self, mut e: Error) -> Error {
+        if let Some(b) = e.position().byte {
+            let p = self.position(b);
+            let pos = e.position_mut();
+            pos.path = p.path;
+            pos.line = p.line;
+            pos.column = p.column;
+        } else {
+            e.position_mut().path = Some(self.path.to_string());
+        }
+        e
+    }
+}

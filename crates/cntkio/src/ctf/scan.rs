@@ -1,0 +1,182 @@
+//! One ordered pass over every chunk of a CTF file: index streaming in the calling thread, chunks parsed
+//! on worker threads, results delivered in file order with CNTK's `maxErrors` budget applied.
+//! Memory is bounded by the chunks in flight (`2 × threads`), not by the file size.
+
+use super::parse::{parse_chunk, ParsePolicy, ParsedChunk};
+use super::{apply_budget, index_config, index_streaming, locate_index_error};
+use crate::input::InputFile;
+use crate::{CtfOptions, Error, Schema};
+use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
+use cntkio_core::ctf::parse::CtfParser;
+use cntkio_core::ChunkData;
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+/// Options of a pass.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanOptions {
+    /// Parser threads (1: everything in the calling thread).
+    pub threads: usize,
+    /// Apply CNTK's `maxErrors` budget and stop at the error that exceeds it (or a fatal one). When
+    /// false (validation), every chunk is parsed and delivered with its errors.
+    pub enforce_max_errors: bool,
+    /// Errors and warnings kept per chunk.
+    pub keep: usize,
+    /// Collect warnings.
+    pub warnings: bool,
+    /// Drop sequences with an empty stream instead of failing.
+    pub skip_bad_sequences: bool,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions { threads: 1, enforce_max_errors: true, keep: 1000, warnings: false, skip_bad_sequences: false }
+    }
+}
+
+/// Totals of a pass.
+#[derive(Debug, Clone, Default)]
+pub struct ScanSummary {
+    /// Id or line mode (None if the file could not be indexed).
+    pub mode: Option<IndexMode>,
+    /// Chunks delivered.
+    pub chunks: u64,
+    /// Counted errors seen (tolerated ones when the budget is enforced).
+    pub errors: u64,
+}
+
+/// Reads every chunk of `file` in order and hands each to `consumer`, which may stop the pass.
+pub fn scan_file(
+    file: &InputFile,
+    schema: &Schema,
+    opts: &CtfOptions,
+    scan: &ScanOptions,
+    mut consumer: impl FnMut(ParsedChunk) -> Result<ControlFlow<()>, Error>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ScanSummary, Error> {
+    let parser = CtfParser::new(schema);
+    let cfg = index_config(schema, opts);
+    let policy = ParsePolicy {
+        stop_after: if scan.enforce_max_errors {
+            usize::try_from(opts.max_errors).unwrap_or(usize::MAX).saturating_add(1)
+        } else {
+            usize::MAX
+        },
+        keep: scan.keep,
+        warnings: scan.warnings,
+        skip_bad_sequences: scan.skip_bad_sequences,
+    };
+    const STOPPED: &str = "\u{0}cntkio: consumer stopped";
+    let is_stop = |e: &Error| matches!(e.kind(), cntkio_core::ErrorKind::Config(s) if s == STOPPED);
+    let mut summary = ScanSummary::default();
+    let mut used = 0u64;
+    // Returns Err(stop marker) when the consumer asks to stop.
+    let mut deliver = |p: ParsedChunk, summary: &mut ScanSummary| -> Result<(), Error> {
+        summary.chunks += 1;
+        summary.errors += p.num_errors;
+        if scan.enforce_max_errors {
+            apply_budget(&mut used, opts.max_errors, &p)?;
+        }
+        if consumer(p)?.is_break() {
+            return Err(Error::config(STOPPED));
+        }
+        Ok(())
+    };
+
+    let threads = scan.threads.max(1);
+    let result = if threads == 1 {
+        let mut buf = Vec::new();
+        let mut spare = Some(ChunkData::new(schema));
+        index_streaming(
+            file,
+            &cfg,
+            1,
+            |desc| {
+                let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
+                let p = parse_chunk(file, &parser, desc, policy, &mut buf, data)?;
+                deliver(p, &mut summary)
+            },
+            progress,
+        )
+    } else {
+        let in_flight_max = 2 * threads;
+        let (job_tx, job_rx) = crossbeam_channel::bounded::<ChunkDesc>(in_flight_max);
+        let (res_tx, res_rx) = crossbeam_channel::unbounded::<(u32, Result<ParsedChunk, Error>)>();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                let job_rx = job_rx.clone();
+                let res_tx = res_tx.clone();
+                let parser = &parser;
+                s.spawn(move || {
+                    let mut buf = Vec::new();
+                    for desc in job_rx {
+                        let idx = desc.index;
+                        let r = parse_chunk(file, parser, desc, policy, &mut buf, ChunkData::new(schema));
+                        if res_tx.send((idx, r)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(res_tx);
+            let mut pending: BTreeMap<u32, Result<ParsedChunk, Error>> = BTreeMap::new();
+            let mut next = 0u32;
+            let mut in_flight = 0usize;
+            let mut drain = |pending: &mut BTreeMap<u32, Result<ParsedChunk, Error>>,
+                             next: &mut u32,
+                             in_flight: &mut usize,
+                             summary: &mut ScanSummary|
+             -> Result<(), Error> {
+                while let Some(r) = pending.remove(next) {
+                    *next += 1;
+                    *in_flight -= 1;
+                    deliver(r?, summary)?;
+                }
+                Ok(())
+            };
+            let r = index_streaming(
+                file,
+                &cfg,
+                1,
+                |desc| {
+                    while in_flight >= in_flight_max {
+                        let (i, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
+                        pending.insert(i, r);
+                        drain(&mut pending, &mut next, &mut in_flight, &mut summary)?;
+                    }
+                    job_tx.send(desc).map_err(|_| Error::config("parser threads stopped"))?;
+                    in_flight += 1;
+                    while let Ok((i, r)) = res_rx.try_recv() {
+                        pending.insert(i, r);
+                    }
+                    drain(&mut pending, &mut next, &mut in_flight, &mut summary)
+                },
+                progress,
+            );
+            drop(job_tx);
+            let r = r.and_then(|mode| {
+                while in_flight > 0 {
+                    let (i, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
+                    pending.insert(i, r);
+                    drain(&mut pending, &mut next, &mut in_flight, &mut summary)?;
+                }
+                Ok(mode)
+            });
+            // Let the workers finish what is queued (at most `in_flight_max` chunks) and exit.
+            while res_rx.recv().is_ok() {}
+            r
+        })
+    };
+    match result {
+        Ok(mode) => {
+            summary.mode = Some(mode);
+            Ok(summary)
+        }
+        Err(e) if is_stop(&e) => Ok(summary),
+        Err(e) => Err(if e.position().line.is_none() && e.position().byte.is_some() {
+            locate_index_error(e, file)
+        } else {
+            e
+        }),
+    }
+}

@@ -1,0 +1,164 @@
+//! Input files: positional reads by default, a memory map on request.
+
+use crate::Error;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// How to access an input file's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Positional reads into buffers (memory bounded by the buffers in flight).
+    #[default]
+    Read,
+    /// A read-only memory map: no copies. The file must not be modified or truncated while it is open.
+    Mmap,
+}
+
+/// An open input file.
+#[derive(Debug)]
+pub struct InputFile {
+    path: PathBuf,
+    file: File,
+    len: u64,
+    modified: Option<SystemTime>,
+    map: Option<memmap2::Mmap>,
+}
+
+impl InputFile {
+    /// Opens `path` for reading.
+    pub fn open(path: &Path, access: Access) -> Result<InputFile, Error> {
+        let shown = path.display().to_string();
+        let file = File::open(path).map_err(|e| Error::io(format!("cannot open {shown}"), e))?;
+        let meta = file.metadata().map_err(|e| Error::io(format!("cannot stat {shown}"), e))?;
+        if meta.is_dir() {
+            return Err(Error::io(
+                format!("cannot read {shown}"),
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "it is a directory"),
+            ));
+        }
+        let len = meta.len();
+        let map = match access {
+            Access::Mmap if len > 0 && meta.is_file() => {
+                Some(crate::mmap::map_file(&file).map_err(|e| Error::io(format!("cannot map {shown}"), e))?)
+            }
+            _ => None,
+        };
+        Ok(InputFile { path: path.to_path_buf(), file, len, modified: meta.modified().ok(), map })
+    }
+
+    /// The path, as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Length in bytes at open time.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    /// True for an empty file.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Modification time at open time.
+    pub fn modified(&self) -> Option<SystemTime> {
+        self.modified
+    }
+    /// True if the file is memory-mapped.
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
+    }
+
+    /// Reads exactly `len` bytes at `offset` into `buf` (replacing its content).
+    pub fn read_into(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> Result<(), Error> {
+        buf.clear();
+        if let Some(m) = &self.map {
+            let r = usize::try_from(offset).ok().and_then(|a| m.get(a..a.checked_add(len)?));
+            match r {
+                Some(s) => {
+                    buf.extend_from_slice(s);
+                    return Ok(());
+                }
+                None => return Err(self.short_read(offset, len)),
+            }
+        }
+        buf.resize(len, 0);
+        read_exact_at(&self.file, buf, offset).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                self.short_read(offset, len)
+            } else {
+                Error::io(format!("cannot read {} at byte {offset}", self.path.display()), e)
+            }
+        })
+    }
+
+    fn short_read(&self, offset: u64, len: usize) -> Error {
+        Error::io(
+            format!("cannot read {} bytes at byte {offset} of {}", len, self.path.display()),
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is shorter than when it was opened (was it changed?)"),
+        )
+    }
+
+    /// Runs `f` on the bytes `[offset, offset+len)`: borrowed from the map, or read into `buf`.
+    pub fn with_bytes<R>(
+        &self,
+        offset: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, Error> {
+        if let Some(m) = &self.map {
+            let r = usize::try_from(offset).ok().and_then(|a| m.get(a..a.checked_add(len)?));
+            return match r {
+                Some(s) => Ok(f(s)),
+                None => Err(self.short_read(offset, len)),
+            };
+        }
+        self.read_into(offset, len, buf)?;
+        Ok(f(buf))
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
+    pub fn read_some(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
+        if let Some(m) = &self.map {
+            let a = usize::try_from(offset).unwrap_or(usize::MAX).min(m.len());
+            let n = buf.len().min(m.len() - a);
+            buf[..n].copy_from_slice(&m[a..a + n]);
+            return Ok(n);
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            match read_at(&self.file, &mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(format!("cannot read {} at byte {offset}", self.path.display()), e)),
+            }
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(unix)]
+fn read_at(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(f, buf, off)
+}
+
+#[cfg(windows)]
+fn read_at(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(f, buf, off)
+}
+
+fn read_exact_at(f: &File, mut buf: &mut [u8], mut off: u64) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match read_at(f, buf, off) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                off += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
