@@ -191,7 +191,7 @@ mod tests {
         let y = &inf.streams[3];
         assert!(!y.is_sparse());
         assert_eq!(y.min_dim(), 3);
-        assert_eq!(inf.comments, 2);
+        assert_eq!(inf.comments, 3);
         assert_eq!(inf.rows, 3);
     }
 }
