@@ -1,2 +1,62 @@
-//! cntkio CLI
-pub fn run() {}
+//! The `cntkio` command line: validate, inspect, dump and benchmark CNTK data files.
+//!
+//! This crate only translates: arguments to library calls, results to text and JSON.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod args;
+mod bench;
+mod dump;
+mod inspect;
+mod output;
+mod render;
+mod validate;
+
+use clap::Parser;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+/// Exit code for valid input.
+pub const EXIT_OK: u8 = 0;
+/// Exit code for invalid input.
+pub const EXIT_INVALID: u8 = 1;
+/// Exit code for usage and I/O errors.
+pub const EXIT_USAGE: u8 = 2;
+
+/// Runs the command line with these arguments (the first is the program name).
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match args::Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(if cli.quiet { "error" } else { "warn" }))
+        .format_timestamp(None)
+        .try_init();
+    let r = match &cli.command {
+        args::Command::Validate(a) => validate::run(a, cli.quiet),
+        args::Command::Inspect(a) => inspect::run(a, cli.quiet),
+        args::Command::Dump(a) => dump::run(a, cli.quiet),
+        args::Command::Bench(a) => bench::run(a, cli.quiet),
+    };
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            if output::is_broken_pipe(&e) {
+                return ExitCode::from(EXIT_OK);
+            }
+            eprint!("{}", render::render(&e));
+            ExitCode::from(match e.category() {
+                cntkio::Category::Format | cntkio::Category::Limit => EXIT_INVALID,
+                cntkio::Category::Usage | cntkio::Category::Io => EXIT_USAGE,
+            })
+        }
+    }
+}

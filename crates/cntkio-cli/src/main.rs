@@ -1,1 +1,4 @@
-fn main() { cntkio_cli::run() }
+//! The `cntkio` binary.
+fn main() -> std::process::ExitCode {
+    cntkio_cli::run(std::env::args_os())
+}

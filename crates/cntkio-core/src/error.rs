@@ -218,7 +218,7 @@ pub enum ErrorKind {
         streams: Vec<String>,
     },
     /// The number of tolerated errors (`maxErrors`) was exceeded.
-    #[error("reached the maximum number of allowed errors ({max_errors}); this error is one too many: {last}")]
+    #[error("too many errors (maxErrors = {max_errors}); the one over the limit: [{}] {}", last.code(), last.kind())]
     MaxErrorsReached {
         /// The budget.
         max_errors: u64,

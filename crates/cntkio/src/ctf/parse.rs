@@ -30,8 +30,10 @@ pub struct ParsedChunk {
     pub errors: Vec<Error>,
     /// Total number of counted errors.
     pub num_errors: u64,
-    /// Sequences dropped because a stream was empty (only with `skip_bad_sequences`), located.
+    /// Sequences dropped because a stream was empty (only with `skip_bad_sequences`), located; at most `keep`.
     pub dropped: Vec<Error>,
+    /// Total number of dropped sequences.
+    pub num_dropped: u64,
     /// Warnings (located), when asked for.
     pub warnings: Vec<(WarningKind, Position)>,
     /// Total number of warnings seen (when asked for).
@@ -47,6 +49,7 @@ struct Sink {
     errors: Vec<Error>,
     num_errors: u64,
     dropped: Vec<Error>,
+    num_dropped: u64,
     warnings: Vec<(WarningKind, u64)>,
     num_warnings: u64,
     stopped: bool,
@@ -75,6 +78,7 @@ impl ErrorSink for Sink {
     }
     fn fatal(&mut self, e: Error) -> Result<(), Error> {
         if self.policy.skip_bad_sequences {
+            self.num_dropped += 1;
             if self.dropped.len() < self.policy.keep {
                 self.dropped.push(e);
             }
@@ -103,6 +107,7 @@ pub fn parse_chunk(
         errors: Vec::new(),
         num_errors: 0,
         dropped: Vec::new(),
+        num_dropped: 0,
         warnings: Vec::new(),
         num_warnings: 0,
         stopped: false,
@@ -126,6 +131,7 @@ pub fn parse_chunk(
             errors,
             num_errors: sink.num_errors,
             dropped,
+            num_dropped: sink.num_dropped,
             warnings,
             num_warnings: sink.num_warnings,
             fatal,

@@ -1,0 +1,243 @@
+//! Arguments, and their translation into a schema and reader options.
+
+use clap::{Args, Parser, Subcommand};
+use cntkio::{CtfOptions, ElementType, Error, Schema, StorageFormat, StreamSpec};
+use std::path::PathBuf;
+
+/// Validate, inspect, convert and benchmark CNTK Text Format (CTF) and CNTK Binary Format (CBF) data.
+#[derive(Debug, Parser)]
+#[command(name = "cntkio", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Print nothing but errors (no progress, no summaries on stderr).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Read every byte and report every error with file:line:column (exit 0 valid, 1 invalid, 2 usage/IO).
+    Validate(ValidateArgs),
+    /// Describe a file without a schema: streams (dense/sparse, dims), sequences, samples, lengths.
+    Inspect(InspectArgs),
+    /// Print every sequence as JSON Lines: {"key": K, "streams": {"NAME": SAMPLES}}.
+    Dump(DumpArgs),
+    /// Measure index and parse throughput (MB/s, samples/s).
+    Bench(BenchArgs),
+}
+
+/// How to read CTF: the schema and CNTK's deserializer options.
+#[derive(Debug, Args, Clone)]
+pub struct ReadArgs {
+    /// A stream: NAME:DIM:dense|sparse[:ALIAS] (repeatable; ALIAS is the name written after '|', default NAME).
+    #[arg(short = 's', long = "stream", value_name = "NAME:DIM:FORMAT[:ALIAS]")]
+    pub streams: Vec<String>,
+    /// The stream (by NAME, not alias) whose samples define a sequence's length (CNTK's definesMBSize).
+    #[arg(long, value_name = "NAME")]
+    pub defines_mb_size: Option<String>,
+    /// Errors tolerated before reading fails (CNTK's maxErrors).
+    #[arg(long, value_name = "N")]
+    pub max_errors: Option<u64>,
+    /// Treat every line as its own sequence, ignoring sequence ids (CNTK's skipSequenceIds).
+    #[arg(long)]
+    pub skip_sequence_ids: bool,
+    /// Chunk size in bytes (CNTK's chunkSizeInBytes).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub chunk_size: Option<u64>,
+    /// Element type of every stream: float (default) or double.
+    #[arg(long, value_name = "float|double")]
+    pub precision: Option<String>,
+    /// Keep the index in a cache file beside the input and reuse it (CNTK's cacheIndex).
+    #[arg(long)]
+    pub cache_index: bool,
+    /// Drop sequences in which a stream is empty instead of failing (CNTK always fails).
+    #[arg(long)]
+    pub skip_bad_sequences: bool,
+    /// Worker threads (default: all cores).
+    #[arg(short = 'j', long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Memory-map the input instead of reading it (faster; the file must not change while it is read).
+    #[arg(long)]
+    pub mmap: bool,
+}
+
+/// `validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Input files.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// Show at most this many errors per file (all are counted).
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub limit: usize,
+    /// Also show warnings (short dense samples, unknown inputs, missing final newline).
+    #[arg(long)]
+    pub warnings: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Input file.
+    pub file: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Treat every line as its own sequence (CNTK's skipSequenceIds).
+    #[arg(long)]
+    pub skip_sequence_ids: bool,
+}
+
+/// `dump`.
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// Input files (dumped one after another).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub read: ReadArgs,
+}
+
+/// `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Input files.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// Runs per measurement (the best is reported).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub repeat: usize,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses sizes like `33554432`, `32M`, `32MiB`, `1G`, `64k`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("expected a size in bytes like 33554432 or 32M, found {s:?}"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("unknown size unit in {s:?} (use K, M or G)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// Parses one `--stream` value.
+pub fn parse_stream(s: &str, element_type: ElementType) -> Result<StreamSpec, Error> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if !(3..=4).contains(&parts.len()) {
+        return Err(Error::config(format!(
+            "--stream {s:?}: expected NAME:DIM:dense|sparse[:ALIAS], for example features:784:dense:F"
+        )));
+    }
+    let dim: usize = parts[1]
+        .parse()
+        .map_err(|_| Error::config(format!("--stream {s:?}: DIM must be a non-negative integer, found {:?}", parts[1])))?;
+    let format = match parts[2].to_ascii_lowercase().as_str() {
+        "dense" => StorageFormat::Dense,
+        "sparse" => StorageFormat::Sparse,
+        other => return Err(Error::config(format!("--stream {s:?}: format must be dense or sparse, found {other:?}"))),
+    };
+    let mut spec = StreamSpec::new(parts[0], dim, format).element_type(element_type);
+    if let Some(a) = parts.get(3) {
+        spec = spec.alias(*a);
+    }
+    Ok(spec)
+}
+
+impl ReadArgs {
+    /// The schema and options given by the flags.
+    pub fn schema_and_options(&self) -> Result<(Schema, CtfOptions), Error> {
+        let element_type = match &self.precision {
+            None => ElementType::F32,
+            Some(p) => ElementType::parse(p)
+                .ok_or_else(|| Error::config(format!("--precision must be float or double, found {p:?}")))?,
+        };
+        if self.streams.is_empty() {
+            return Err(Error::new(cntkio::ErrorKind::NoStreams));
+        }
+        let mut streams = Vec::new();
+        for s in &self.streams {
+            streams.push(parse_stream(s, element_type)?);
+        }
+        if let Some(m) = &self.defines_mb_size {
+            match streams.iter_mut().find(|s| &s.name == m) {
+                Some(s) => s.defines_mb_size = true,
+                None => {
+                    let names: Vec<&str> = streams.iter().map(|s| s.name.as_str()).collect();
+                    let hint = match streams.iter().find(|s| &s.alias == m) {
+                        Some(s) => format!(" (\"{m}\" is the alias of stream \"{}\"; give the name)", s.name),
+                        None => String::new(),
+                    };
+                    return Err(Error::config(format!(
+                        "--defines-mb-size {m:?}: no stream has this name{hint}; streams: {}",
+                        names.join(", ")
+                    )));
+                }
+            }
+        }
+        let schema = Schema::new(streams)?;
+        let mut opts = CtfOptions::default();
+        if let Some(n) = self.max_errors {
+            opts.max_errors = n;
+        }
+        opts.skip_sequence_ids = self.skip_sequence_ids;
+        if let Some(c) = self.chunk_size {
+            opts.chunk_size = c;
+        }
+        opts.cache_index = self.cache_index;
+        Ok((schema, opts))
+    }
+
+    /// Threads to use.
+    pub fn threads(&self) -> usize {
+        self.threads.filter(|&t| t > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// File access.
+    pub fn access(&self) -> cntkio::Access {
+        if self.mmap {
+            cntkio::Access::Mmap
+        } else {
+            cntkio::Access::Read
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("33554432"), Ok(33554432));
+        assert_eq!(parse_size("32M"), Ok(32 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert!(parse_size("12x").is_err());
+        assert!(parse_size("99999999999999G").is_err());
+    }
+
+    #[test]
+    fn streams() {
+        let s = parse_stream("features:784:dense:F", ElementType::F64).unwrap();
+        assert_eq!((s.name.as_str(), s.alias.as_str(), s.dim, s.element_type), ("features", "F", 784, ElementType::F64));
+        assert!(parse_stream("x:1", ElementType::F32).is_err());
+        assert!(parse_stream("x:a:dense", ElementType::F32).is_err());
+        assert!(parse_stream("x:1:dens", ElementType::F32).is_err());
+    }
+}

@@ -1,0 +1,80 @@
+//! `cntkio bench`: index and parse throughput.
+
+use crate::args::BenchArgs;
+use crate::EXIT_OK;
+use cntkio::ctf::{index_config, index_streaming, scan_file, ScanOptions};
+use cntkio::{Error, InputFile};
+use serde_json::json;
+use std::ops::ControlFlow;
+use std::time::Instant;
+
+/// Runs `bench`.
+pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
+    let (schema, opts) = a.read.schema_and_options()?;
+    let threads = a.read.threads();
+    let mut reports = Vec::new();
+    for path in &a.files {
+        let file = InputFile::open(path, a.read.access())?;
+        let bytes = file.len() as f64;
+        let cfg = index_config(&schema, &opts);
+        let mut best_index = f64::INFINITY;
+        let mut best_parse = f64::INFINITY;
+        let (mut sequences, mut samples, mut values) = (0u64, 0u64, 0u64);
+        for _ in 0..a.repeat.max(1) {
+            let t = Instant::now();
+            index_streaming(&file, &cfg, threads, |_| Ok(()), &mut |_| {})?;
+            best_index = best_index.min(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            let (mut sq, mut sm, mut vl) = (0u64, 0u64, 0u64);
+            scan_file(
+                &file,
+                &schema,
+                &opts,
+                &ScanOptions { threads, ..ScanOptions::default() },
+                |p| {
+                    sq += p.data.num_sequences() as u64;
+                    sm += p.data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+                    vl += p.data.streams.iter().map(|d| d.num_values() as u64).sum::<u64>();
+                    Ok(ControlFlow::Continue(()))
+                },
+                &mut |_| {},
+            )?;
+            best_parse = best_parse.min(t.elapsed().as_secs_f64());
+            (sequences, samples, values) = (sq, sm, vl);
+        }
+        let mbs = |s: f64| bytes / s / 1e6;
+        if a.json {
+            reports.push(json!({
+                "path": path.display().to_string(), "bytes": file.len(), "threads": threads,
+                "mmap": file.is_mapped(),
+                "index_seconds": best_index, "index_mb_per_s": mbs(best_index),
+                "parse_seconds": best_parse, "parse_mb_per_s": mbs(best_parse),
+                "sequences": sequences, "samples": samples, "values": values,
+                "samples_per_s": samples as f64 / best_parse,
+            }));
+        } else {
+            println!(
+                "{}: {:.1} MB, {} thread(s){}",
+                path.display(),
+                bytes / 1e6,
+                threads,
+                if file.is_mapped() { ", mmap" } else { "" }
+            );
+            println!("  index          {:>9.1} MB/s  ({:.3} s)", mbs(best_index), best_index);
+            println!(
+                "  index + parse  {:>9.1} MB/s  ({:.3} s)  {:.2} M samples/s  {:.1} M values/s",
+                mbs(best_parse),
+                best_parse,
+                samples as f64 / best_parse / 1e6,
+                values as f64 / best_parse / 1e6
+            );
+            if !quiet {
+                println!("  {sequences} sequences, {samples} samples, {values} values (best of {})", a.repeat.max(1));
+            }
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json!({"version": 1, "results": reports})).expect("json"));
+    }
+    Ok(EXIT_OK)
+}

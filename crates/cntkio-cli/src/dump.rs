@@ -1,0 +1,45 @@
+//! `cntkio dump`: JSON Lines, one object per sequence, in file order.
+
+use crate::args::DumpArgs;
+use crate::output::{push_dump_records, write_stdout, Progress};
+use crate::EXIT_OK;
+use cntkio::ctf::{scan_file, ScanOptions};
+use cntkio::{Error, InputFile};
+use std::io::Write;
+use std::ops::ControlFlow;
+
+/// Runs `dump`.
+pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
+    let (schema, opts) = a.read.schema_and_options()?;
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+    let mut buf = ryu::Buffer::new();
+    let mut out = Vec::with_capacity(1 << 20);
+    for path in &a.files {
+        let file = InputFile::open(path, a.read.access())?;
+        let progress = Progress::bytes(file.len(), "dumping", quiet);
+        let scan = ScanOptions {
+            threads: a.read.threads(),
+            skip_bad_sequences: a.read.skip_bad_sequences,
+            ..ScanOptions::default()
+        };
+        let r = scan_file(
+            &file,
+            &schema,
+            &opts,
+            &scan,
+            |p| {
+                out.clear();
+                push_dump_records(&mut out, &schema, &p.data, &mut buf);
+                write_stdout(&mut w, &out)?;
+                Ok(ControlFlow::Continue(()))
+            },
+            &mut |b| progress.set(b),
+        );
+        progress.finish();
+        // Records already written stay complete: flush them before reporting an error.
+        w.flush().map_err(crate::output::stdout_error)?;
+        r?;
+    }
+    Ok(EXIT_OK)
+}

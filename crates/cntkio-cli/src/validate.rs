@@ -1,0 +1,141 @@
+//! `cntkio validate`.
+
+use crate::args::ValidateArgs;
+use crate::output::Progress;
+use crate::render::render;
+use crate::{EXIT_INVALID, EXIT_OK};
+use cntkio::ctf::{scan_file, ScanOptions};
+use cntkio::{Error, InputFile};
+use serde_json::json;
+use std::ops::ControlFlow;
+
+/// Runs `validate` on every file; exit 1 if any is invalid.
+pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
+    let (schema, opts) = a.read.schema_and_options()?;
+    let mut reports = Vec::new();
+    let mut any_invalid = false;
+    for path in &a.files {
+        let file = InputFile::open(path, a.read.access())?;
+        let progress = Progress::bytes(file.len(), "validating", quiet);
+        let scan = ScanOptions {
+            threads: a.read.threads(),
+            enforce_max_errors: false,
+            keep: a.limit,
+            warnings: a.warnings,
+            skip_bad_sequences: true,
+        };
+        let mut shown = 0usize;
+        let (mut sequences, mut samples, mut errors, mut dropped, mut warnings) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut stream_samples = vec![0u64; schema.len()];
+        let mut shown_json = Vec::new();
+        let mut show = |e: &Error, shown: &mut usize| {
+            if *shown < a.limit {
+                *shown += 1;
+                if a.json {
+                    shown_json.push(error_json(e));
+                } else {
+                    progress.finish();
+                    eprint!("{}", render(e));
+                }
+            }
+        };
+        let r = scan_file(
+            &file,
+            &schema,
+            &opts,
+            &scan,
+            |p| {
+                sequences += p.data.num_sequences() as u64;
+                samples += p.data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+                for (t, d) in stream_samples.iter_mut().zip(&p.data.streams) {
+                    *t += d.num_samples();
+                }
+                errors += p.num_errors;
+                dropped += p.num_dropped;
+                warnings += p.num_warnings;
+                let mut all: Vec<&Error> = p.errors.iter().chain(&p.dropped).collect();
+                all.sort_by_key(|e| e.position().byte);
+                for e in all {
+                    show(e, &mut shown);
+                }
+                if !a.json && shown < a.limit {
+                    for (w, pos) in &p.warnings {
+                        eprintln!("{pos}: warning[{}]: {w}", w.code());
+                    }
+                }
+                Ok(ControlFlow::Continue(()))
+            },
+            &mut |b| progress.set(b),
+        );
+        progress.finish();
+        let fatal = match r {
+            Ok(_) => None,
+            Err(e) if e.is_io() => return Err(e),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = &fatal {
+            show(e, &mut shown);
+        }
+        let tolerated = errors <= opts.max_errors;
+        let valid = fatal.is_none() && dropped == 0 && tolerated;
+        any_invalid |= !valid;
+        let verdict = if valid && errors == 0 {
+            "valid".to_string()
+        } else if valid {
+            format!("readable: {errors} error(s) tolerated by maxErrors = {}", opts.max_errors)
+        } else if fatal.is_some() {
+            "invalid: the file cannot be read".to_string()
+        } else if dropped > 0 {
+            format!("invalid: {dropped} sequence(s) lack a configured stream (always fatal in CNTK)")
+        } else {
+            format!("invalid: {errors} error(s), more than maxErrors = {}", opts.max_errors)
+        };
+        if a.json {
+            reports.push(json!({
+                "path": path.display().to_string(),
+                "valid": valid,
+                "verdict": verdict,
+                "sequences": sequences,
+                "samples": samples,
+                "stream_samples": schema.streams().iter().zip(&stream_samples).map(|(s, n)| (s.name.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+                "errors": errors + u64::from(fatal.is_some()),
+                "dropped_sequences": dropped,
+                "warnings": warnings,
+                "max_errors": opts.max_errors,
+                "shown": shown_json,
+            }));
+        } else if !quiet || !valid {
+            let more = (errors + dropped + u64::from(fatal.is_some())).saturating_sub(shown as u64);
+            if more > 0 {
+                eprintln!("… and {more} more error(s) not shown (raise --limit to see them)");
+            }
+            eprintln!(
+                "{}: {} sequences, {} samples; {} error(s){}: {}",
+                path.display(),
+                sequences,
+                samples,
+                errors + dropped + u64::from(fatal.is_some()),
+                if warnings > 0 { format!(", {warnings} warning(s)") } else { String::new() },
+                verdict
+            );
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json!({ "version": 1, "files": reports })).expect("json"));
+    }
+    Ok(if any_invalid { EXIT_INVALID } else { EXIT_OK })
+}
+
+/// One error as JSON.
+pub fn error_json(e: &Error) -> serde_json::Value {
+    let p = e.position();
+    json!({
+        "code": e.code(),
+        "message": e.kind().to_string(),
+        "path": p.path,
+        "line": p.line,
+        "column": p.column,
+        "byte": p.byte,
+        "sequence": p.sequence_id,
+    })
+}
