@@ -70,11 +70,57 @@ fn digits_f64(s: &[u8]) -> f64 {
     v
 }
 
-/// Reads the digit run starting at `i`; returns its end and the value CNTK accumulates.
+/// Exact powers of ten: `D` for up to 22 fraction digits equals these (all exactly representable).
+const POW10_EXACT: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22,
+];
+
+/// Number of leading ASCII digits in an 8-byte little-endian word (0..=8).
+#[inline(always)]
+fn leading_digits(word: u64) -> u32 {
+    const HI: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const THREES: u64 = 0x3030_3030_3030_3030;
+    // A byte is a digit iff its high nibble is 3 and adding 6 keeps it 3. Carries out of a byte only
+    // come from non-digit bytes (>= 0xFA) and only disturb later bytes, which are not counted.
+    let bad = ((word & HI) ^ THREES) | ((word.wrapping_add(0x0606_0606_0606_0606) & HI) ^ THREES);
+    bad.trailing_zeros() / 8
+}
+
+/// Value of the first `n` (1..=8) digits of `word` (first digit in the lowest byte).
+#[inline(always)]
+fn swar_value(word: u64, n: u32) -> u64 {
+    let digits = word.wrapping_sub(0x3030_3030_3030_3030);
+    // Keep n bytes and move them to the top: the zero bytes below act as leading zeros.
+    let v = digits << (64 - 8 * n);
+    // Combine pairs, then quads, then the halves (first digit most significant).
+    let v = (v.wrapping_mul(10)).wrapping_add(v >> 8);
+    let v = ((v & 0x0000_00FF_0000_00FF).wrapping_mul(100 + (1_000_000 << 32))
+        .wrapping_add(((v >> 16) & 0x0000_00FF_0000_00FF).wrapping_mul(1 + (10_000 << 32))))
+        >> 32;
+    v
+}
+
+/// Reads the digit run starting at `start`; returns its end and the value CNTK accumulates.
 #[inline(always)]
 fn digit_run(s: &[u8], start: usize) -> (usize, f64) {
     let mut i = start;
     let mut m: u64 = 0;
+    // Whole words while 8 bytes remain: at most two words stay exact (16 digits) but only <= 15 digits
+    // are taken on this path; longer runs go to the double accumulation below.
+    while let Some(w) = s.get(i..i + 8) {
+        let word = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        let n = leading_digits(word);
+        if n == 0 {
+            break;
+        }
+        let v = swar_value(word, n);
+        m = m.wrapping_mul(POW10_U64[n as usize]).wrapping_add(v);
+        i += n as usize;
+        if n < 8 {
+            break;
+        }
+    }
     while let Some(&c) = s.get(i) {
         let d = c.wrapping_sub(b'0');
         if d > 9 {
@@ -90,27 +136,29 @@ fn digit_run(s: &[u8], start: usize) -> (usize, f64) {
     }
 }
 
+const POW10_U64: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
+
 /// Reads one number starting at `s[i]`, as CNTK's state machine does (CTF.md §5.3).
 ///
 /// On success returns the value (as a double; convert with `as f32` for float streams) and the offset
 /// of the byte that ended it (not consumed; `s.len()` at the end of input).
-#[inline]
+#[inline(always)]
 pub fn parse_number(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
     let mut i = start;
-    let mut neg = false;
+    // Branch-free sign: random signs in real data would otherwise cost a misprediction per value.
+    let first = match s.get(i) {
+        Some(&c) => c,
+        None => return Err(NumberError { kind: NumberErrorKind::InvalidStart, found: None, at: i }),
+    };
+    let neg = first == b'-';
+    let signed = neg | (first == b'+');
+    i += usize::from(signed);
     match s.get(i) {
-        Some(c) if c.is_ascii_digit() => {}
-        Some(&c) if c == b'-' || c == b'+' => {
-            neg = c == b'-';
-            i += 1;
-            match s.get(i) {
-                Some(d) if d.is_ascii_digit() => {}
-                other => {
-                    return Err(NumberError { kind: NumberErrorKind::SignWithoutDigits, found: other.copied(), at: i })
-                }
-            }
+        Some(d) if d.is_ascii_digit() => {}
+        other => {
+            let kind = if signed { NumberErrorKind::SignWithoutDigits } else { NumberErrorKind::InvalidStart };
+            return Err(NumberError { kind, found: other.copied(), at: i });
         }
-        other => return Err(NumberError { kind: NumberErrorKind::InvalidStart, found: other.copied(), at: i }),
     }
     let (j, int_val) = digit_run(s, i);
     i = j;
@@ -124,7 +172,8 @@ pub fn parse_number(s: &[u8], start: usize) -> Result<(f64, usize), NumberError>
                 // "period" state: `5.` is 5; whatever follows ends the number.
                 return Ok((if neg { -int_val } else { int_val }, i));
             }
-            let coef = int_val + frac / frac_div(k);
+            let div = if k < POW10_EXACT.len() { POW10_EXACT[k] } else { frac_div(k) };
+            let coef = int_val + frac / div;
             match s.get(i) {
                 Some(b'e' | b'E') => {
                     i += 1;
@@ -297,6 +346,21 @@ mod tests {
     }
     fn v(s: &str) -> f64 {
         p(s).unwrap().0
+    }
+
+    #[test]
+    fn swar_digits() {
+        for t in ["0", "7", "12", "12345678", "123456789", "1234567890123456", "99999999999999999999", "00000000001"] {
+            for tail in ["", " ", "x", ".5", "|a"] {
+                let s = format!("{t}{tail}");
+                let (end, v) = digit_run(s.as_bytes(), 0);
+                assert_eq!(end, t.len(), "{s}");
+                assert_eq!(v.to_bits(), digits_f64(t.as_bytes()).to_bits(), "{s}");
+            }
+        }
+        assert_eq!(leading_digits(u64::from_le_bytes(*b"\xFA9999999")), 0);
+        assert_eq!(leading_digits(u64::from_le_bytes(*b"9\xFA999999")), 1);
+        assert_eq!(leading_digits(u64::from_le_bytes(*b"1234:/;9")), 4);
     }
 
     #[test]

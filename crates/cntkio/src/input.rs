@@ -68,6 +68,11 @@ impl InputFile {
         self.map.is_some()
     }
 
+    /// The whole file, when it is memory-mapped.
+    pub fn mapped(&self) -> Option<&[u8]> {
+        self.map.as_deref()
+    }
+
     /// Reads exactly `len` bytes at `offset` into `buf` (replacing its content).
     pub fn read_into(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> Result<(), Error> {
         buf.clear();

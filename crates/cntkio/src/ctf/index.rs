@@ -131,26 +131,51 @@ pub fn index_streaming(
     let threads = threads.max(1);
     let window = SCAN_BLOCK * threads;
     let mut buf: Vec<u8> = Vec::new();
-    let mut off = start.offset; // file offset of buf[0]
+    let mut off = start.offset; // file offset of the bytes being scanned
+    let mapped = file.mapped();
     loop {
-        let have = buf.len();
-        let want = window.max(have + SCAN_BLOCK);
-        buf.resize(want, 0);
-        let n = file.read_some(off + have as u64, &mut buf[have..])?;
-        buf.truncate(have + n);
-        let at_eof = off + buf.len() as u64 >= len;
-        let cut = if at_eof {
-            buf.len()
-        } else {
-            match memchr::memrchr(b'\n', &buf[have..]) {
-                Some(k) => have + k + 1,
-                None => continue, // one row longer than the buffer: read more
+        // The bytes to scan: a window of the map, or of `buf` (carry + newly read).
+        let (bytes, at_eof, cut): (&[u8], bool, usize) = match mapped {
+            Some(m) => {
+                let a = off as usize;
+                let end = (a + window).min(m.len());
+                let at_eof = end == m.len();
+                let cut = if at_eof {
+                    end - a
+                } else {
+                    match memchr::memrchr(b'\n', &m[a..end]) {
+                        Some(k) => k + 1,
+                        None => match memchr::memchr(b'\n', &m[end..]) {
+                            Some(k) => end - a + k + 1, // one row longer than the window
+                            None => m.len() - a,
+                        },
+                    }
+                };
+                let at_eof = at_eof || a + cut == m.len();
+                (&m[a..a + cut], at_eof, cut)
+            }
+            None => {
+                let have = buf.len();
+                let want = window.max(have + SCAN_BLOCK);
+                buf.resize(want, 0);
+                let n = file.read_some(off + have as u64, &mut buf[have..])?;
+                buf.truncate(have + n);
+                let at_eof = off + buf.len() as u64 >= len;
+                let cut = if at_eof {
+                    buf.len()
+                } else {
+                    match memchr::memrchr(b'\n', &buf[have..]) {
+                        Some(k) => have + k + 1,
+                        None => continue, // one row longer than the buffer: read more
+                    }
+                };
+                (&buf[..cut], at_eof, cut)
             }
         };
-        let pieces = if threads > 1 { split_rows(&buf[..cut], threads) } else { vec![(0, cut)] };
+        let pieces = if threads > 1 { split_rows(bytes, threads) } else { vec![(0, cut)] };
         let last = pieces.len().saturating_sub(1);
         let scan = |(i, &(a, b)): (usize, &(usize, usize))| -> Result<BlockScan, Error> {
-            scanner.scan_block(&buf[a..b], off + a as u64, at_eof && i == last)
+            scanner.scan_block(&bytes[a..b], off + a as u64, at_eof && i == last)
         };
         let scans: Vec<Result<BlockScan, Error>> = if threads > 1 {
             pieces.par_iter().enumerate().map(scan).collect()
@@ -169,7 +194,9 @@ pub fn index_streaming(
         if at_eof {
             break;
         }
-        buf.drain(..cut);
+        if mapped.is_none() {
+            buf.drain(..cut);
+        }
         off += cut as u64;
     }
     asm.finish_file(len, &mut seqs)?;

@@ -51,7 +51,7 @@ pub fn scan_file(
     schema: &Schema,
     opts: &CtfOptions,
     scan: &ScanOptions,
-    mut consumer: impl FnMut(ParsedChunk) -> Result<ControlFlow<()>, Error>,
+    mut consumer: impl FnMut(&ParsedChunk) -> Result<ControlFlow<()>, Error>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ScanSummary, Error> {
     let parser = CtfParser::new(schema);
@@ -70,17 +70,18 @@ pub fn scan_file(
     let is_stop = |e: &Error| matches!(e.kind(), cntkio_core::ErrorKind::Config(s) if s == STOPPED);
     let mut summary = ScanSummary::default();
     let mut used = 0u64;
-    // Returns Err(stop marker) when the consumer asks to stop.
-    let mut deliver = |p: ParsedChunk, summary: &mut ScanSummary| -> Result<(), Error> {
+    // Hands a chunk to the consumer and returns its buffers for reuse (fresh allocations of every chunk
+    // would cost page faults). Returns Err(stop marker) when the consumer asks to stop.
+    let mut deliver = |p: ParsedChunk, summary: &mut ScanSummary| -> Result<ChunkData, Error> {
         summary.chunks += 1;
         summary.errors += p.num_errors;
         if scan.enforce_max_errors {
             apply_budget(&mut used, opts.max_errors, &p)?;
         }
-        if consumer(p)?.is_break() {
+        if consumer(&p)?.is_break() {
             return Err(Error::config(STOPPED));
         }
-        Ok(())
+        Ok(p.data)
     };
 
     let threads = scan.threads.max(1);
@@ -94,7 +95,8 @@ pub fn scan_file(
             |desc| {
                 let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
                 let p = parse_chunk(file, &parser, desc, policy, &mut buf, data)?;
-                deliver(p, &mut summary)
+                spare = Some(deliver(p, &mut summary)?);
+                Ok(())
             },
             progress,
         )
@@ -102,16 +104,19 @@ pub fn scan_file(
         let in_flight_max = 2 * threads;
         let (job_tx, job_rx) = crossbeam_channel::bounded::<ChunkDesc>(in_flight_max);
         let (res_tx, res_rx) = crossbeam_channel::unbounded::<(u32, Result<ParsedChunk, Error>)>();
+        let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<ChunkData>();
         std::thread::scope(|s| {
             for _ in 0..threads {
                 let job_rx = job_rx.clone();
                 let res_tx = res_tx.clone();
+                let spare_rx = spare_rx.clone();
                 let parser = &parser;
                 s.spawn(move || {
                     let mut buf = Vec::new();
                     for desc in job_rx {
                         let idx = desc.index;
-                        let r = parse_chunk(file, parser, desc, policy, &mut buf, ChunkData::new(schema));
+                        let data = spare_rx.try_recv().unwrap_or_else(|_| ChunkData::new(schema));
+                        let r = parse_chunk(file, parser, desc, policy, &mut buf, data);
                         if res_tx.send((idx, r)).is_err() {
                             break;
                         }
@@ -130,7 +135,7 @@ pub fn scan_file(
                 while let Some(r) = pending.remove(next) {
                     *next += 1;
                     *in_flight -= 1;
-                    deliver(r?, summary)?;
+                    let _ = spare_tx.send(deliver(r?, summary)?);
                 }
                 Ok(())
             };
