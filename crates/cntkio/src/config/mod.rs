@@ -1,0 +1,3 @@
+//! Reading CNTK BrainScript config files (`.cntk`).
+
+pub mod brainscript;
