@@ -8,4 +8,5 @@ pub use cntkio_core::{
 };
 
 pub mod options;
+pub mod randomize;
 pub use options::CtfOptions;
