@@ -1,0 +1,259 @@
+//! Randomized reading: sweeps, epochs, minibatch filling and worker decimation (CNTK `BlockRandomizer`,
+//! READER.md §3–§4, §6, §8).
+
+use super::{
+    check_chunks, ChunkRandomizer, EpochConfig, Minibatch, Pick, SequenceEnumerator,
+    SequenceRandomizer, SequenceSource, Window, INFINITELY_REPEAT,
+};
+use crate::Error;
+
+/// What one pass inside a sweep produced.
+struct Pass {
+    end_of_sweep: bool,
+    end_of_epoch: bool,
+    global: u64,
+    local: u64,
+}
+
+/// Randomized sequence enumerator (randomization on), bit-for-bit as CNTK 2.7's `BlockRandomizer`.
+///
+/// Sweep *k* is randomized with seed `seed + k` (wrapping). A sequence is delivered to worker `rank`
+/// iff its home chunk position mod `workers` equals `rank` (chunks, not sequences, are dealt to
+/// workers; READER.md §6).
+///
+/// Restoring a position in a sweep whose shuffle must be restarted uses `seed + k` by default, which
+/// continues exactly like an uninterrupted run. CNTK 2.7 seeds that restart with the bare sweep number
+/// `k` instead; [`with_cntk_seek_quirk(true)`](Self::with_cntk_seek_quirk) reproduces that
+/// (READER.md §8.3).
+#[derive(Debug, Clone)]
+pub struct BlockRandomizer<S> {
+    source: S,
+    sequences: SequenceRandomizer,
+    sweep: Option<u64>,
+    seed: u64,
+    seek_quirk: bool,
+    sweep_size: u64,
+    pos: u64,
+    epoch_size: u64,
+    epoch_start: u64,
+    workers: u32,
+    rank: u32,
+    cross_sweeps: bool,
+}
+
+impl<S: SequenceSource> BlockRandomizer<S> {
+    /// A randomizer over `source` with window `window` and randomization seed `seed`
+    /// (`randomization_seed`, default 0).
+    ///
+    /// Until [`start_epoch`](SequenceEnumerator::start_epoch) is called the epoch is endless, with one
+    /// worker and no sweep crossing.
+    ///
+    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no chunks, more than `u32::MAX` chunks,
+    /// no samples, no sequences, or a sample count overflowing `u64`.
+    pub fn new(source: S, window: Window, seed: u64) -> Result<BlockRandomizer<S>, Error> {
+        let (sweep_size, _) = check_chunks(source.chunks())?;
+        let chunks = ChunkRandomizer::new(source.chunks(), window);
+        Ok(BlockRandomizer {
+            source,
+            sequences: SequenceRandomizer::new(chunks),
+            sweep: None,
+            seed,
+            seek_quirk: false,
+            sweep_size,
+            pos: 0,
+            epoch_size: INFINITELY_REPEAT,
+            epoch_start: 0,
+            workers: 1,
+            rank: 0,
+            cross_sweeps: false,
+        })
+    }
+
+    /// Reproduce CNTK 2.7's seek quirk: when a seek restarts a sweep's sequence shuffle, seed it with
+    /// the bare sweep number instead of `seed + sweep` (readerref.py `seek_bug`). Off by default.
+    pub fn with_cntk_seek_quirk(mut self, on: bool) -> BlockRandomizer<S> {
+        self.seek_quirk = on;
+        self
+    }
+
+    /// The source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// Gives the source back.
+    pub fn into_source(self) -> S {
+        self.source
+    }
+
+    /// The randomization seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The sweep currently randomized (`None` before the first read or seek).
+    pub fn current_sweep(&self) -> Option<u64> {
+        self.sweep
+    }
+
+    /// The sequence randomizer of the current sweep (its chunk permutation and windows).
+    pub fn sequence_randomizer(&self) -> &SequenceRandomizer {
+        &self.sequences
+    }
+
+    fn epoch_end(&self) -> u64 {
+        self.epoch_start.saturating_add(self.epoch_size)
+    }
+
+    /// Makes sure the sweep of position `p` is the randomized one.
+    fn prepare(&mut self, p: u64) -> Result<(), Error> {
+        let sweep = p / self.sweep_size;
+        if self.sweep != Some(sweep) {
+            // Set first: if loading fails, the next call retries from a clean reset.
+            self.sweep = None;
+            self.sequences
+                .start_sweep(self.seed.wrapping_add(sweep), &self.source)?;
+            self.sweep = Some(sweep);
+        }
+        Ok(())
+    }
+
+    /// One pass inside the sweep of `pos` (READER.md §4.3 `take`).
+    fn take(
+        &mut self,
+        global: u64,
+        local: u64,
+        at_least_one: bool,
+        out: &mut Vec<Pick>,
+    ) -> Result<Pass, Error> {
+        self.prepare(self.pos)?;
+        let sweep_size = self.sweep_size;
+        let pos = self.pos;
+        let sp = pos % sweep_size;
+        let end = self.epoch_end();
+        if pos >= end {
+            return Ok(Pass {
+                end_of_sweep: pos >= sweep_size && sp == 0,
+                end_of_epoch: true,
+                global: 0,
+                local: 0,
+            });
+        }
+        let global = global.min(sweep_size - sp);
+        let workers = self.workers;
+        let rank = self.rank;
+        let (mut g, mut l, mut one) = (0u64, 0u64, at_least_one);
+        let (mut eos, mut eoe) = (false, false);
+        self.sequences.next(&self.source, |s| {
+            let len = u64::from(s.num_samples);
+            let is_local = s.home % workers == rank;
+            if !one {
+                if g.saturating_add(len) > global {
+                    return false;
+                }
+                if is_local && l.saturating_add(len) > local {
+                    return false;
+                }
+            }
+            if pos.saturating_add(g) >= end {
+                eoe = true;
+                eos = sp.saturating_add(g) >= sweep_size;
+                return false;
+            }
+            if is_local {
+                out.push(Pick {
+                    chunk: s.chunk,
+                    index: s.index,
+                    num_samples: s.num_samples,
+                    key: s.key,
+                });
+                l = l.saturating_add(len);
+                one = false;
+            }
+            g = g.saturating_add(len);
+            true
+        })?;
+        eos |= sp.saturating_add(g) >= sweep_size;
+        eoe |= pos.saturating_add(g) >= end;
+        self.pos = pos.saturating_add(g);
+        Ok(Pass {
+            end_of_sweep: eos,
+            end_of_epoch: eoe,
+            global: g,
+            local: l,
+        })
+    }
+}
+
+impl<S: SequenceSource> SequenceEnumerator for BlockRandomizer<S> {
+    fn start_epoch(&mut self, config: &EpochConfig) -> Result<(), Error> {
+        config.validate()?;
+        self.workers = config.workers;
+        self.rank = config.rank;
+        self.cross_sweeps = config.cross_sweeps;
+        self.epoch_size = config.size_in_samples(self.sweep_size);
+        self.epoch_start = self.epoch_size.saturating_mul(config.epoch_index);
+        self.set_state(self.epoch_start)
+    }
+
+    fn get_next(&mut self, global: u64, local: u64) -> Result<Minibatch, Error> {
+        let mut mb = Minibatch::default();
+        let (mut gl, mut ll) = (0u64, 0u64);
+        loop {
+            let at_boundary = mb.end_of_sweep;
+            let pass = self.take(
+                global.saturating_sub(gl),
+                local.saturating_sub(ll),
+                !at_boundary,
+                &mut mb.picks,
+            )?;
+            mb.end_of_sweep |= pass.end_of_sweep;
+            mb.end_of_epoch |= pass.end_of_epoch;
+            if at_boundary && pass.global == 0 {
+                break;
+            }
+            gl = gl.saturating_add(pass.global);
+            ll = ll.saturating_add(pass.local);
+            // Guard, not in CNTK: a whole sweep walked without a single local sample can only happen with
+            // zero-length sequences; CNTK would keep crossing sweeps (for up to 2^64 samples).
+            if at_boundary && pass.local == 0 {
+                break;
+            }
+            if !(self.cross_sweeps
+                && !mb.end_of_epoch
+                && mb.end_of_sweep
+                && global > gl
+                && local > ll)
+            {
+                break;
+            }
+        }
+        Ok(mb)
+    }
+
+    fn get_state(&self) -> u64 {
+        self.pos
+    }
+
+    fn set_state(&mut self, position: u64) -> Result<(), Error> {
+        self.prepare(position)?;
+        let sweep = position / self.sweep_size;
+        let offset = position % self.sweep_size;
+        let reset_seed = if self.seek_quirk {
+            sweep
+        } else {
+            self.seed.wrapping_add(sweep)
+        };
+        let reached = self.sequences.seek(offset, reset_seed, &self.source)?;
+        self.pos = (sweep * self.sweep_size).saturating_add(reached);
+        if self.rank as usize >= self.sequences.chunk_randomizer().chunks().len() {
+            // CNTK: a worker with no chunk at all is placed at the end of the epoch (READER.md §6).
+            self.pos = self.epoch_end();
+        }
+        Ok(())
+    }
+
+    fn sweep_size(&self) -> u64 {
+        self.sweep_size
+    }
+}

@@ -1,0 +1,303 @@
+//! Incremental sequence shuffle inside the randomization window (CNTK `SequenceRandomizer`,
+//! READER.md §3.4, §3.5 and §8.2).
+
+use std::collections::VecDeque;
+
+use super::{load_sequences, ChunkRandomizer, Mt19937_64, SequenceInfo, SequenceSource};
+use crate::Error;
+
+/// A sequence at a position of the randomized sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RandomizedSequence {
+    /// The original chunk (index into [`SequenceSource::chunks`]).
+    pub chunk: u32,
+    /// The sequence's index in its original chunk.
+    pub index: u32,
+    /// Declared length.
+    pub num_samples: u32,
+    /// Key.
+    pub key: u64,
+    /// Its home: the randomized position of its chunk. Workers are assigned by `home mod workers`.
+    pub home: u32,
+}
+
+/// Shuffles the sequences of one sweep chunk window by chunk window, as the read cursor advances.
+///
+/// It owns the [`ChunkRandomizer`] of the sweep. Sequence positions are finalized lazily
+/// ("finalize-next", READER.md §3.4), so only the chunks in the current windows are loaded; chunks left
+/// behind are released. The source is passed to every call that may load chunks.
+#[derive(Debug, Clone)]
+pub struct SequenceRandomizer {
+    chunks: ChunkRandomizer,
+    rng: Mt19937_64,
+    /// Sequences at the positions of the randomized chunks `first_retained .. loaded_end`.
+    window: VecDeque<Vec<RandomizedSequence>>,
+    /// `(start, count)` on the sweep's sample timeline of the finalized chunks
+    /// `first_retained .. finalized`.
+    ranges: VecDeque<(u64, u64)>,
+    /// First randomized chunk still in memory (CNTK `m_chunkWindowBegin`).
+    first_retained: usize,
+    /// Number of chunks whose positions are final (`m_randomizedWindowEnd`).
+    finalized: usize,
+    /// Chunks whose positions have been shuffled (`m_randomizationCursor`).
+    rand_cursor: usize,
+    /// One past the last loaded chunk (`m_chunkWindowEnd`).
+    loaded_end: usize,
+    /// Randomized chunk of the read cursor (`m_currentChunkCursor`).
+    cur_chunk: usize,
+    /// Sequence position of the read cursor (`m_currentSequenceCursor`).
+    cur_sequence: u64,
+    /// Sample position of the read cursor in the sweep (`m_currentSampleCursor`).
+    cur_sample: u64,
+    scratch: Vec<SequenceInfo>,
+}
+
+impl SequenceRandomizer {
+    /// A sequence randomizer over the chunks of `chunks`. Call [`start_sweep`](Self::start_sweep) (or
+    /// randomize the chunks and [`reset`](Self::reset)) before reading.
+    pub fn new(chunks: ChunkRandomizer) -> SequenceRandomizer {
+        SequenceRandomizer {
+            chunks,
+            rng: Mt19937_64::new(0),
+            window: VecDeque::new(),
+            ranges: VecDeque::new(),
+            first_retained: 0,
+            finalized: 0,
+            rand_cursor: 0,
+            loaded_end: 0,
+            cur_chunk: 0,
+            cur_sequence: 0,
+            cur_sample: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The chunk randomizer (the current sweep's permutation and windows).
+    pub fn chunk_randomizer(&self) -> &ChunkRandomizer {
+        &self.chunks
+    }
+
+    /// Starts a sweep: permutes the chunks and resets the sequence shuffle, both with `seed` (two
+    /// independent generators, READER.md §3.1).
+    pub fn start_sweep<S: SequenceSource + ?Sized>(
+        &mut self,
+        seed: u64,
+        source: &S,
+    ) -> Result<(), Error> {
+        self.chunks.randomize(seed);
+        self.reset(seed, source)
+    }
+
+    /// Restarts the sequence shuffle of the current chunk permutation with a generator seeded with
+    /// `seed`, and finalizes the first window. The read cursor goes to the start of the sweep.
+    pub fn reset<S: SequenceSource + ?Sized>(
+        &mut self,
+        seed: u64,
+        source: &S,
+    ) -> Result<(), Error> {
+        self.rng.seed(seed);
+        self.window.clear();
+        self.ranges.clear();
+        self.first_retained = 0;
+        self.finalized = 0;
+        self.rand_cursor = 0;
+        self.loaded_end = 0;
+        self.cur_chunk = 0;
+        self.cur_sequence = 0;
+        self.cur_sample = 0;
+        self.randomize_next(source)
+    }
+
+    /// Sample position of the read cursor inside the sweep.
+    pub fn position(&self) -> u64 {
+        self.cur_sample
+    }
+
+    /// True when the read cursor is past the last sequence of the sweep.
+    pub fn at_end(&self) -> bool {
+        self.cur_chunk >= self.chunks.chunks().len()
+    }
+
+    /// The sequence at sequence position `t` of randomized chunk `chunk` (must be loaded).
+    fn slot(&self, chunk: usize, t: u64) -> (usize, usize) {
+        let offset = t - self.chunks.chunks()[chunk].sequence_start;
+        (chunk - self.first_retained, offset as usize)
+    }
+
+    /// Finalize-next: if the read cursor has entered the first non-final chunk, shuffle the positions
+    /// needed to make that chunk final (READER.md §3.4).
+    fn randomize_next<S: SequenceSource + ?Sized>(&mut self, source: &S) -> Result<(), Error> {
+        let r = self.chunks.chunks();
+        let n = r.len();
+        if self.cur_chunk < self.finalized || self.finalized == n {
+            return Ok(());
+        }
+        let mut next_rand = r[self.finalized].window_end as usize;
+        while next_rand < n && r[next_rand].window_begin as usize <= self.finalized {
+            next_rand += 1;
+        }
+        let new_loaded_end = r[next_rand - 1].window_end as usize;
+        for (i, c) in r
+            .iter()
+            .enumerate()
+            .take(new_loaded_end)
+            .skip(self.loaded_end)
+        {
+            let info = self.chunks.original()[c.original as usize];
+            load_sequences(source, c.original, info.num_sequences, &mut self.scratch)?;
+            let home = i as u32;
+            self.window.push_back(
+                self.scratch
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| RandomizedSequence {
+                        chunk: c.original,
+                        index: k as u32,
+                        num_samples: s.num_samples,
+                        key: s.key,
+                        home,
+                    })
+                    .collect(),
+            );
+        }
+        self.loaded_end = new_loaded_end;
+
+        let first = if self.rand_cursor == 0 {
+            0
+        } else {
+            r[self.rand_cursor - 1].sequence_end
+        };
+        let end = r[next_rand - 1].sequence_end;
+        for t in first..end {
+            let ci = self.chunks.chunk_of_sequence(t);
+            let c = r[ci];
+            let lo = r[c.window_begin as usize].sequence_start;
+            let hi = r[c.window_end as usize - 1].sequence_end;
+            let (tw, to) = self.slot(ci, t);
+            loop {
+                let j = self.rng.next_in(lo, hi);
+                let cj = self.chunks.chunk_of_sequence(j);
+                let (jw, jo) = self.slot(cj, j);
+                let home_j = self.window[jw][jo].home;
+                if !(c.window_begin..c.window_end).contains(&home_j) {
+                    continue;
+                }
+                let home_t = self.window[tw][to].home;
+                let w = r[cj];
+                if !(w.window_begin..w.window_end).contains(&home_t) {
+                    continue;
+                }
+                let a = self.window[tw][to];
+                self.window[tw][to] = self.window[jw][jo];
+                self.window[jw][jo] = a;
+                break;
+            }
+        }
+
+        let count = self.window[self.finalized - self.first_retained]
+            .iter()
+            .fold(0u64, |acc, s| acc.saturating_add(u64::from(s.num_samples)));
+        let start = self.ranges.back().map_or(0, |&(s, c)| s.saturating_add(c));
+        self.ranges.push_back((start, count));
+        self.finalized += 1;
+        self.rand_cursor = next_rand;
+        Ok(())
+    }
+
+    /// Frees the chunks left of both the current chunk's window and the cursor.
+    fn release(&mut self) {
+        let r = self.chunks.chunks();
+        let n = r.len();
+        if n == 0 {
+            return;
+        }
+        let cur = self.cur_chunk.min(n - 1);
+        let mut cand = self.first_retained;
+        while cand < n
+            && cand < r[cur].window_begin as usize
+            && r[cand].window_end as usize <= self.cur_chunk
+        {
+            self.window.pop_front();
+            self.ranges.pop_front();
+            self.first_retained += 1;
+            cand += 1;
+        }
+    }
+
+    /// Moves the cursor to the next chunk, finalizing and releasing as CNTK does.
+    fn advance_chunk<S: SequenceSource + ?Sized>(&mut self, source: &S) -> Result<(), Error> {
+        self.cur_chunk += 1;
+        self.randomize_next(source)?;
+        self.release();
+        Ok(())
+    }
+
+    /// Hands out sequences from the read cursor on, in position order, while `take` returns true; the
+    /// sequence for which it returns false stays at the cursor. Stops at the end of the sweep.
+    pub fn next<S, F>(&mut self, source: &S, mut take: F) -> Result<(), Error>
+    where
+        S: SequenceSource + ?Sized,
+        F: FnMut(&RandomizedSequence) -> bool,
+    {
+        while self.cur_chunk < self.chunks.chunks().len() {
+            let c = self.chunks.chunks()[self.cur_chunk];
+            if c.sequence_start == c.sequence_end {
+                // A chunk without sequences: nothing to hand out (readerref.py would fail here).
+                self.advance_chunk(source)?;
+                continue;
+            }
+            let offset = (self.cur_sequence - c.sequence_start) as usize;
+            let s = self.window[self.cur_chunk - self.first_retained][offset];
+            if !take(&s) {
+                break;
+            }
+            self.cur_sequence += 1;
+            self.cur_sample = self.cur_sample.saturating_add(u64::from(s.num_samples));
+            if self.cur_sequence >= c.sequence_end {
+                self.advance_chunk(source)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Seeks to sample offset `offset` of the sweep: to the first sequence boundary at or after it.
+    /// Returns the sample position reached.
+    ///
+    /// If `offset` lies before the earliest retained chunk, the shuffle restarts with `seed_for_reset`
+    /// (CNTK passes the bare sweep number there — the quirk of READER.md §8.3).
+    pub fn seek<S: SequenceSource + ?Sized>(
+        &mut self,
+        offset: u64,
+        seed_for_reset: u64,
+        source: &S,
+    ) -> Result<u64, Error> {
+        let (begin, end) = match (self.ranges.front(), self.ranges.back()) {
+            (Some(&(b, _)), Some(&(s, c))) => (b, s.saturating_add(c)),
+            _ => (0, 0),
+        };
+        if offset < begin {
+            self.reset(seed_for_reset, source)?;
+        } else if offset < end {
+            // The first finalized chunk whose range holds `offset` (ranges are contiguous and sorted).
+            let k = self
+                .ranges
+                .partition_point(|&(s, _)| s <= offset)
+                .saturating_sub(1);
+            self.cur_chunk = self.first_retained + k;
+            self.cur_sequence = self.chunks.chunks()[self.cur_chunk].sequence_start;
+            self.cur_sample = self.ranges[k].0;
+        }
+        // Take sequences while the cursor is before `offset` (`next` updates `cur_sample` the same way).
+        let mut at = self.cur_sample;
+        self.next(source, |s| {
+            if at < offset {
+                at = at.saturating_add(u64::from(s.num_samples));
+                true
+            } else {
+                false
+            }
+        })?;
+        debug_assert_eq!(at, self.cur_sample);
+        Ok(self.cur_sample)
+    }
+}
