@@ -16,6 +16,7 @@ use crate::input::{Access, InputFile};
 use crate::{CtfOptions, Error, Schema};
 use cntkio_core::ctf::parse::CtfParser;
 use cntkio_core::{ChunkData, ErrorKind};
+use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,7 @@ pub struct CtfReader {
     index: CtfIndex,
     budget: Mutex<Budget>,
     kept: Mutex<HashMap<u32, Arc<ChunkData>>>,
+    chunk_infos: Vec<ChunkInfo>,
 }
 
 #[derive(Debug, Default)]
@@ -69,7 +71,13 @@ impl CtfReader {
         }
         .map_err(|e| locate_index_error(e, &file))?;
         let n = index.chunks.len();
+        let chunk_infos = index
+            .chunks
+            .iter()
+            .map(|c| ChunkInfo { num_samples: c.num_samples, num_sequences: c.sequences.len() as u32 })
+            .collect();
         Ok(CtfReader {
+            chunk_infos,
             file,
             parser: CtfParser::new(schema),
             options: options.clone(),
@@ -128,6 +136,21 @@ impl CtfReader {
             self.kept.lock().expect("lock").insert(i as u32, data.clone());
         }
         Ok(data)
+    }
+}
+
+impl SequenceSource for CtfReader {
+    fn chunks(&self) -> &[ChunkInfo] {
+        &self.chunk_infos
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
+        let c = self
+            .index
+            .chunks
+            .get(chunk as usize)
+            .ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        out.extend(c.sequences.iter().map(|s| SequenceInfo { num_samples: s.num_samples, key: s.key }));
+        Ok(())
     }
 }
 
