@@ -408,3 +408,4 @@ fn invalid_inputs_errors_are_counted_and_located() {
         assert!(p.line.is_some() && p.column.is_some() && p.path.is_some(), "{e}");
     }
 }
+
