@@ -61,13 +61,37 @@ pub struct ReadArgs {
     /// Memory-map the input instead of reading it (faster; the file must not change while it is read).
     #[arg(long)]
     pub mmap: bool,
+    /// Take the streams and options from the reader section of a CNTK config file (BrainScript); flags given
+    /// as well override the config. Without FILE arguments the config's data files are read.
+    #[arg(long, value_name = "FILE.cntk")]
+    pub config: Option<PathBuf>,
+    /// The config section holding the reader (needed when the config has several).
+    #[arg(long, value_name = "NAME", requires = "config")]
+    pub section: Option<String>,
+    /// Directory that relative data-file paths in the config are resolved against (default: the current
+    /// directory, as CNTK does).
+    #[arg(long, value_name = "DIR", requires = "config")]
+    pub data_dir: Option<PathBuf>,
+    /// Set a config variable, as on CNTK's command line (`--set defMBSize=true`; repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE", requires = "config")]
+    pub set: Vec<String>,
+}
+
+/// One input with how to read it.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// The file.
+    pub path: PathBuf,
+    /// Its streams.
+    pub schema: Schema,
+    /// Its options.
+    pub options: CtfOptions,
 }
 
 /// `validate`.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// Input files.
-    #[arg(required = true)]
+    /// Input files (optional with --config, which names its own).
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub read: ReadArgs,
@@ -98,8 +122,7 @@ pub struct InspectArgs {
 /// `dump`.
 #[derive(Debug, Args)]
 pub struct DumpArgs {
-    /// Input files (dumped one after another).
-    #[arg(required = true)]
+    /// Input files, dumped one after another (optional with --config, which names its own).
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub read: ReadArgs,
@@ -108,8 +131,7 @@ pub struct DumpArgs {
 /// `bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Input files.
-    #[arg(required = true)]
+    /// Input files (optional with --config, which names its own).
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub read: ReadArgs,
@@ -145,9 +167,9 @@ pub fn parse_stream(s: &str, element_type: ElementType) -> Result<StreamSpec, Er
             "--stream {s:?}: expected NAME:DIM:dense|sparse[:ALIAS], for example features:784:dense:F"
         )));
     }
-    let dim: usize = parts[1]
-        .parse()
-        .map_err(|_| Error::config(format!("--stream {s:?}: DIM must be a non-negative integer, found {:?}", parts[1])))?;
+    let dim: usize = parts[1].parse().map_err(|_| {
+        Error::config(format!("--stream {s:?}: DIM must be a non-negative integer, found {:?}", parts[1]))
+    })?;
     let format = match parts[2].to_ascii_lowercase().as_str() {
         "dense" => StorageFormat::Dense,
         "sparse" => StorageFormat::Sparse,
@@ -161,6 +183,101 @@ pub fn parse_stream(s: &str, element_type: ElementType) -> Result<StreamSpec, Er
 }
 
 impl ReadArgs {
+    /// The inputs to read: `files` with the schema of the flags (or of the config), or the config's files.
+    pub fn inputs(&self, files: &[PathBuf]) -> Result<Vec<Input>, Error> {
+        let Some(cfg_path) = &self.config else {
+            if files.is_empty() {
+                return Err(Error::config("no input file given (give FILE arguments or --config FILE.cntk)"));
+            }
+            let (schema, options) = self.schema_and_options()?;
+            return Ok(files
+                .iter()
+                .map(|p| Input { path: p.clone(), schema: schema.clone(), options: options.clone() })
+                .collect());
+        };
+        let overrides =
+            self.set.iter().map(|s| cntkio::config::brainscript::split_override(s)).collect::<Result<Vec<_>, _>>()?;
+        let cwd = PathBuf::new(); // relative to the current directory, as CNTK resolves them
+        let data_dir = self.data_dir.as_ref().unwrap_or(&cwd);
+        let cfg =
+            cntkio::config::load_reader_config_file(cfg_path, self.section.as_deref(), &overrides, Some(data_dir))?;
+        for w in &cfg.warnings {
+            log::warn!("{}: {}", w.position, w.message);
+        }
+        let mut from_config = Vec::new();
+        for d in &cfg.deserializers {
+            match d {
+                cntkio::config::DeserializerConfig::Ctf { path, schema, options, .. } => {
+                    from_config.push(Input { path: path.clone(), schema: schema.clone(), options: options.clone() })
+                }
+                other => log::warn!(
+                    "{}: only CTF deserializers are read here; skipping {}",
+                    cfg_path.display(),
+                    other.file()
+                ),
+            }
+        }
+        if from_config.is_empty() {
+            return Err(Error::config(format!("{}: the reader section has no CTF deserializer", cfg_path.display())));
+        }
+        let mut inputs = if files.is_empty() {
+            from_config
+        } else {
+            if from_config.len() > 1 {
+                return Err(Error::config(format!(
+                    "{} has {} deserializers; give no FILE arguments to read each with its own streams",
+                    cfg_path.display(),
+                    from_config.len()
+                )));
+            }
+            let first = &from_config[0];
+            files
+                .iter()
+                .map(|p| Input { path: p.clone(), schema: first.schema.clone(), options: first.options.clone() })
+                .collect()
+        };
+        for i in &mut inputs {
+            self.override_config(i)?;
+        }
+        Ok(inputs)
+    }
+
+    /// Flags given beside a config take precedence over it.
+    fn override_config(&self, i: &mut Input) -> Result<(), Error> {
+        if !self.streams.is_empty() {
+            let (schema, _) = self.schema_and_options()?;
+            i.schema = schema;
+        }
+        if let Some(p) = &self.precision {
+            let t = ElementType::parse(p)
+                .ok_or_else(|| Error::config(format!("--precision must be float or double, found {p:?}")))?;
+            i.schema = i.schema.with_element_type(t);
+        }
+        if let Some(m) = &self.defines_mb_size {
+            let mut streams = i.schema.streams().to_vec();
+            if !streams.iter().any(|s| &s.name == m) {
+                return Err(Error::config(format!("--defines-mb-size {m:?}: no stream has this name")));
+            }
+            for s in &mut streams {
+                s.defines_mb_size = &s.name == m;
+            }
+            i.schema = Schema::new(streams)?;
+        }
+        if let Some(n) = self.max_errors {
+            i.options.max_errors = n;
+        }
+        if self.skip_sequence_ids {
+            i.options.skip_sequence_ids = true;
+        }
+        if let Some(c) = self.chunk_size {
+            i.options.chunk_size = c;
+        }
+        if self.cache_index {
+            i.options.cache_index = true;
+        }
+        Ok(())
+    }
+
     /// The schema and options given by the flags.
     pub fn schema_and_options(&self) -> Result<(Schema, CtfOptions), Error> {
         let element_type = match &self.precision {
@@ -235,7 +352,10 @@ mod tests {
     #[test]
     fn streams() {
         let s = parse_stream("features:784:dense:F", ElementType::F64).unwrap();
-        assert_eq!((s.name.as_str(), s.alias.as_str(), s.dim, s.element_type), ("features", "F", 784, ElementType::F64));
+        assert_eq!(
+            (s.name.as_str(), s.alias.as_str(), s.dim, s.element_type),
+            ("features", "F", 784, ElementType::F64)
+        );
         assert!(parse_stream("x:1", ElementType::F32).is_err());
         assert!(parse_stream("x:a:dense", ElementType::F32).is_err());
         assert!(parse_stream("x:1:dens", ElementType::F32).is_err());

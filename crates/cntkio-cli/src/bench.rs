@@ -10,13 +10,14 @@ use std::time::Instant;
 
 /// Runs `bench`.
 pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
-    let (schema, opts) = a.read.schema_and_options()?;
+    let inputs = a.read.inputs(&a.files)?;
     let threads = a.read.threads();
     let mut reports = Vec::new();
-    for path in &a.files {
+    for input in &inputs {
+        let (path, schema, opts) = (&input.path, &input.schema, &input.options);
         let file = InputFile::open(path, a.read.access())?;
         let bytes = file.len() as f64;
-        let cfg = index_config(&schema, &opts);
+        let cfg = index_config(schema, opts);
         let mut best_index = f64::INFINITY;
         let mut best_parse = f64::INFINITY;
         let (mut sequences, mut samples, mut values) = (0u64, 0u64, 0u64);
@@ -28,8 +29,8 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
             let (mut sq, mut sm, mut vl) = (0u64, 0u64, 0u64);
             scan_file(
                 &file,
-                &schema,
-                &opts,
+                schema,
+                opts,
                 &ScanOptions { threads, ..ScanOptions::default() },
                 |p| {
                     sq += p.data.num_sequences() as u64;

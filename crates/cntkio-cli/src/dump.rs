@@ -10,12 +10,13 @@ use std::ops::ControlFlow;
 
 /// Runs `dump`.
 pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
-    let (schema, opts) = a.read.schema_and_options()?;
+    let inputs = a.read.inputs(&a.files)?;
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
     let mut buf = ryu::Buffer::new();
     let mut out = Vec::with_capacity(1 << 20);
-    for path in &a.files {
+    for input in &inputs {
+        let (path, schema, opts) = (&input.path, &input.schema, &input.options);
         let file = InputFile::open(path, a.read.access())?;
         let progress = Progress::bytes(file.len(), "dumping", quiet);
         let scan = ScanOptions {
@@ -25,12 +26,12 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
         };
         let r = scan_file(
             &file,
-            &schema,
-            &opts,
+            schema,
+            opts,
             &scan,
             |p| {
                 out.clear();
-                push_dump_records(&mut out, &schema, &p.data, &mut buf);
+                push_dump_records(&mut out, schema, &p.data, &mut buf);
                 write_stdout(&mut w, &out)?;
                 Ok(ControlFlow::Continue(()))
             },

@@ -108,10 +108,7 @@ pub fn run(a: &InspectArgs, quiet: bool) -> Result<u8, Error> {
         q(1.0),
         mean
     );
-    println!(
-        "  histogram: {}",
-        hist.iter().map(|(u, c)| format!("≤{u}: {c}")).collect::<Vec<_>>().join(", ")
-    );
+    println!("  histogram: {}", hist.iter().map(|(u, c)| format!("≤{u}: {c}")).collect::<Vec<_>>().join(", "));
     println!("  streams (by the name written after '|'):");
     let mut flags = Vec::new();
     for s in &inf.streams {

@@ -37,9 +37,13 @@ where
             return ExitCode::from(code);
         }
     };
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(if cli.quiet { "error" } else { "warn" }))
-        .format_timestamp(None)
-        .try_init();
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(if cli.quiet {
+        "error"
+    } else {
+        "warn"
+    }))
+    .format_timestamp(None)
+    .try_init();
     let r = match &cli.command {
         args::Command::Validate(a) => validate::run(a, cli.quiet),
         args::Command::Inspect(a) => inspect::run(a, cli.quiet),

@@ -143,9 +143,11 @@ impl Progress {
         }
         let bar = indicatif::ProgressBar::new(total);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-                .expect("a valid template")
-                .progress_chars("=> "),
+            indicatif::ProgressStyle::with_template(
+                "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
         );
         bar.set_prefix(label.to_string());
         Progress { bar: Some(bar) }

@@ -11,10 +11,11 @@ use std::ops::ControlFlow;
 
 /// Runs `validate` on every file; exit 1 if any is invalid.
 pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
-    let (schema, opts) = a.read.schema_and_options()?;
+    let inputs = a.read.inputs(&a.files)?;
     let mut reports = Vec::new();
     let mut any_invalid = false;
-    for path in &a.files {
+    for input in &inputs {
+        let (path, schema, opts) = (&input.path, &input.schema, &input.options);
         let file = InputFile::open(path, a.read.access())?;
         let progress = Progress::bytes(file.len(), "validating", quiet);
         let scan = ScanOptions {
@@ -41,8 +42,8 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
         };
         let r = scan_file(
             &file,
-            &schema,
-            &opts,
+            schema,
+            opts,
             &scan,
             |p| {
                 sequences += p.data.num_sequences() as u64;

@@ -188,11 +188,7 @@ impl ChunkData {
         ChunkData {
             keys: Vec::new(),
             num_samples: Vec::new(),
-            streams: schema
-                .streams()
-                .iter()
-                .map(|s| StreamData::new(s.format, s.dim, s.element_type))
-                .collect(),
+            streams: schema.streams().iter().map(|s| StreamData::new(s.format, s.dim, s.element_type)).collect(),
         }
     }
     /// Number of sequences.

@@ -95,10 +95,10 @@ fn swar_value(word: u64, n: u32) -> u64 {
     let v = digits << (64 - 8 * n);
     // Combine pairs, then quads, then the halves (first digit most significant).
     let v = (v.wrapping_mul(10)).wrapping_add(v >> 8);
-    let v = ((v & 0x0000_00FF_0000_00FF).wrapping_mul(100 + (1_000_000 << 32))
+    ((v & 0x0000_00FF_0000_00FF)
+        .wrapping_mul(100 + (1_000_000 << 32))
         .wrapping_add(((v >> 16) & 0x0000_00FF_0000_00FF).wrapping_mul(1 + (10_000 << 32))))
-        >> 32;
-    v
+        >> 32
 }
 
 /// Reads the digit run starting at `start`; returns its end and the value CNTK accumulates.

@@ -78,14 +78,7 @@ impl StreamSpec {
     /// A stream whose alias equals its name, f32, not defining the minibatch size.
     pub fn new(name: impl Into<String>, dim: usize, format: StorageFormat) -> StreamSpec {
         let name = name.into();
-        StreamSpec {
-            alias: name.clone(),
-            name,
-            dim,
-            format,
-            element_type: ElementType::F32,
-            defines_mb_size: false,
-        }
+        StreamSpec { alias: name.clone(), name, dim, format, element_type: ElementType::F32, defines_mb_size: false }
     }
     /// Sets the alias.
     pub fn alias(mut self, alias: impl Into<String>) -> Self {

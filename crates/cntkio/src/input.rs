@@ -99,7 +99,10 @@ impl InputFile {
     fn short_read(&self, offset: u64, len: usize) -> Error {
         Error::io(
             format!("cannot read {} bytes at byte {offset} of {}", len, self.path.display()),
-            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is shorter than when it was opened (was it changed?)"),
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the file is shorter than when it was opened (was it changed?)",
+            ),
         )
     }
 

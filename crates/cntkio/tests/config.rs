@@ -3,8 +3,8 @@
 //! and error cases.
 
 use cntkio::config::{
-    brainscript, load_reader_config, load_reader_config_file, reader_sections, DeserializerConfig,
-    Randomization, ReaderConfig, ReaderKind, RANDOMIZE_AUTO,
+    brainscript, load_reader_config, load_reader_config_file, reader_sections, DeserializerConfig, Randomization,
+    ReaderConfig, ReaderKind, RANDOMIZE_AUTO,
 };
 use cntkio::{ElementType, Error, StorageFormat};
 use std::path::{Path, PathBuf};
@@ -24,10 +24,7 @@ fn config_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!(
-            "note: {} not found; set CNTKIO_SHARED_DIR. Skipping.",
-            dir.display()
-        );
+        eprintln!("note: {} not found; set CNTKIO_SHARED_DIR. Skipping.", dir.display());
         None
     }
 }
@@ -49,12 +46,7 @@ type Stream<'a> = (&'a str, &'a str, usize, StorageFormat, bool);
 
 fn ctf(d: &DeserializerConfig) -> (&str, &cntkio::Schema, &cntkio::CtfOptions) {
     match d {
-        DeserializerConfig::Ctf {
-            file,
-            schema,
-            options,
-            ..
-        } => (file, schema, options),
+        DeserializerConfig::Ctf { file, schema, options, .. } => (file, schema, options),
         other => panic!("expected a CTF deserializer, got {other:?}"),
     }
 }
@@ -64,15 +56,7 @@ fn assert_streams(d: &DeserializerConfig, precision: ElementType, expected: &[St
     let got: Vec<Stream<'_>> = schema
         .streams()
         .iter()
-        .map(|s| {
-            (
-                s.name.as_str(),
-                s.alias.as_str(),
-                s.dim,
-                s.format,
-                s.defines_mb_size,
-            )
-        })
+        .map(|s| (s.name.as_str(), s.alias.as_str(), s.dim, s.format, s.defines_mb_size))
         .collect();
     assert_eq!(got, expected);
     assert!(schema.streams().iter().all(|s| s.element_type == precision));
@@ -87,36 +71,19 @@ fn every_conformance_section_loads_with_and_without_def_mb_size() {
     for file in [DENSE, SPARSE, EDGE, BINARY] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         let root = brainscript::parse(&text).unwrap();
-        assert!(
-            root.first_problem().is_none(),
-            "{file}: {:?}",
-            root.first_problem()
-        );
+        assert!(root.first_problem().is_none(), "{file}: {:?}", root.first_problem());
         let sections = reader_sections(&root);
         assert!(!sections.is_empty(), "{file}");
         for section in &sections {
             let plain = load(file, section, &[]).unwrap();
             let with = load(file, section, &def_mb_size()).unwrap();
-            assert!(
-                plain.warnings.is_empty(),
-                "{file} [{section}]: {:?}",
-                plain.warnings
-            );
+            assert!(plain.warnings.is_empty(), "{file} [{section}]: {:?}", plain.warnings);
             assert_eq!(plain.deserializers.len(), with.deserializers.len());
             // `$defMBSize$` follows the command line; without it, the file's `defMbSize=false` applies.
-            let body = text
-                .split(&format!("\n{section} = ["))
-                .nth(1)
-                .unwrap()
-                .split("\n]\n")
-                .next()
-                .unwrap();
+            let body = text.split(&format!("\n{section} = [")).nth(1).unwrap().split("\n]\n").next().unwrap();
             let uses_var = body.contains("$defMBSize$");
             for (p, w) in plain.deserializers.iter().zip(&with.deserializers) {
-                if let (
-                    DeserializerConfig::Ctf { schema: ps, .. },
-                    DeserializerConfig::Ctf { schema: ws, .. },
-                ) = (p, w)
+                if let (DeserializerConfig::Ctf { schema: ps, .. }, DeserializerConfig::Ctf { schema: ws, .. }) = (p, w)
                 {
                     assert_eq!(ps.main_stream(), None, "{file} [{section}]");
                     assert_eq!(ws.main_stream().is_some(), uses_var, "{file} [{section}]");
@@ -153,27 +120,17 @@ fn dense_sections_match_the_test_table() {
     let c = load(DENSE, "Simple_single_stream", &def_mb_size()).unwrap();
     assert_eq!(c.trace_level, 0);
     assert_eq!(ctf(&c.deserializers[0]).2.trace_level, 0);
-    assert_streams(
-        &c.deserializers[0],
-        ElementType::F32,
-        &[("features", "F", 2, D, true)],
-    );
+    assert_streams(&c.deserializers[0], ElementType::F32, &[("features", "F", 2, D, true)]);
 
     let c = load(DENSE, "MNIST", &def_mb_size()).unwrap();
     assert_eq!(c.precision, ElementType::F64);
     assert_streams(
         &c.deserializers[0],
         ElementType::F64,
-        &[
-            ("features", "F", 784, D, false),
-            ("labels", "L", 10, D, true),
-        ],
+        &[("features", "F", 784, D, false), ("labels", "L", 10, D, true)],
     );
     let (_, _, o) = ctf(&c.deserializers[0]);
-    assert_eq!(
-        (o.chunk_size, o.keep_data_in_memory, o.max_errors),
-        (10000, true, 0)
-    );
+    assert_eq!((o.chunk_size, o.keep_data_in_memory, o.max_errors), (10000, true, 0));
     assert!(c.keep_data_in_memory);
     assert_eq!(c.randomization, Randomization::Off);
 
@@ -181,11 +138,7 @@ fn dense_sections_match_the_test_table() {
     assert_eq!(c.precision, ElementType::F64);
     assert!(c.randomize);
     assert_eq!(c.randomization, Randomization::Chunks(128)); // 4 GiB / 32 MiB
-    assert_streams(
-        &c.deserializers[0],
-        ElementType::F64,
-        &[("features", "F", 10000, D, false)],
-    );
+    assert_streams(&c.deserializers[0], ElementType::F64, &[("features", "F", 10000, D, false)]);
 
     let c = load(DENSE, "10x1_MI", &def_mb_size()).unwrap();
     assert_eq!(c.randomization, Randomization::Chunks((4u64 << 30) / 50000));
@@ -208,18 +161,11 @@ fn dense_sections_match_the_test_table() {
     assert_streams(
         &c.deserializers[0],
         ElementType::F64,
-        &[
-            ("features", "F", 100, D, false),
-            ("labels", "L", 100, D, true),
-        ],
+        &[("features", "F", 100, D, false), ("labels", "L", 100, D, true)],
     );
 
     let c = load(DENSE, "50x20_jagged_sequences", &def_mb_size()).unwrap();
-    assert_streams(
-        &c.deserializers[0],
-        ElementType::F64,
-        &[("features", "F0", 3, D, true)],
-    );
+    assert_streams(&c.deserializers[0], ElementType::F64, &[("features", "F0", 3, D, true)]);
     assert_eq!(c.randomization, Randomization::Off);
 }
 
@@ -229,34 +175,18 @@ fn sparse_and_edge_sections_match_the_test_table() {
         return;
     }
     let c = load(SPARSE, "1x1", &def_mb_size()).unwrap();
-    assert_streams(
-        &c.deserializers[0],
-        ElementType::F32,
-        &[("features", "F0", 10000, S, true)],
-    );
+    assert_streams(&c.deserializers[0], ElementType::F32, &[("features", "F0", 10000, S, true)]);
     let c = load(SPARSE, "10x10", &def_mb_size()).unwrap();
-    assert_streams(
-        &c.deserializers[0],
-        ElementType::F64,
-        &[("features", "F0", 100, S, true)],
-    );
+    assert_streams(&c.deserializers[0], ElementType::F64, &[("features", "F0", 100, S, true)]);
     assert_eq!(c.randomization, Randomization::Off);
     let c = load(SPARSE, "3x5_MI", &def_mb_size()).unwrap();
     assert_streams(
         &c.deserializers[0],
         ElementType::F32,
-        &[
-            ("features1", "F0", 2, S, true),
-            ("features2", "F1", 20, S, false),
-            ("features3", "F2", 200, S, false),
-        ],
+        &[("features1", "F0", 2, S, true), ("features2", "F1", 20, S, false), ("features3", "F2", 200, S, false)],
     );
     let c = load(SPARSE, "100x100_jagged", &[]).unwrap();
-    assert_streams(
-        &c.deserializers[0],
-        ElementType::F32,
-        &[("features", "F0", 20, S, false)],
-    );
+    assert_streams(&c.deserializers[0], ElementType::F32, &[("features", "F0", 20, S, false)]);
 
     let c = load(EDGE, "space_separated", &def_mb_size()).unwrap();
     assert!(c.randomize); // the section does not set it
@@ -264,18 +194,10 @@ fn sparse_and_edge_sections_match_the_test_table() {
     assert_streams(
         &c.deserializers[0],
         ElementType::F64,
-        &[
-            ("features1", "F1", 15, D, true),
-            ("features2", "F2", 12, D, false),
-            ("features3", "F3", 1, D, false),
-        ],
+        &[("features1", "F1", 15, D, true), ("features2", "F2", 12, D, false), ("features3", "F3", 1, D, false)],
     );
     let c = load(EDGE, "missing_trailing_newline", &[]).unwrap();
-    assert_streams(
-        &c.deserializers[0],
-        ElementType::F64,
-        &[("features", "features", 1, D, false)],
-    );
+    assert_streams(&c.deserializers[0], ElementType::F64, &[("features", "features", 1, D, false)]);
     let c = load(EDGE, "blank_lines", &def_mb_size()).unwrap();
     assert!(ctf(&c.deserializers[0]).2.skip_sequence_ids);
     let c = load(EDGE, "blank_lines_ignored", &[]).unwrap();
@@ -287,19 +209,13 @@ fn sparse_and_edge_sections_match_the_test_table() {
     assert_streams(
         &c.deserializers[0],
         ElementType::F32,
-        &[
-            ("features", "F0", 10, D, true),
-            ("labels", "F1", 10, S, false),
-        ],
+        &[("features", "F0", 10, D, true), ("labels", "F1", 10, S, false)],
     );
     let c = load(EDGE, "ref_data_with_escape_sequences", &def_mb_size()).unwrap();
     assert_streams(
         &c.deserializers[0],
         ElementType::F32,
-        &[
-            ("features", "F0", 100, S, true),
-            ("labels", "F1", 3, D, false),
-        ],
+        &[("features", "F0", 100, S, true), ("labels", "F1", 3, D, false)],
     );
 }
 
@@ -312,16 +228,8 @@ fn composite_sections_give_their_deserializers() {
     assert_eq!(c.legacy_reader, None);
     assert_eq!(c.precision, ElementType::F64);
     assert_eq!(c.deserializers.len(), 2);
-    assert_streams(
-        &c.deserializers[0],
-        ElementType::F64,
-        &[("features1", "F0", 10, D, false)],
-    );
-    assert_streams(
-        &c.deserializers[1],
-        ElementType::F64,
-        &[("features2", "F1", 5, D, false)],
-    );
+    assert_streams(&c.deserializers[0], ElementType::F64, &[("features1", "F0", 10, D, false)]);
+    assert_streams(&c.deserializers[1], ElementType::F64, &[("features2", "F1", 5, D, false)]);
     assert_eq!(c.deserializers[0].path(), data.join("5x10_jagged.txt"));
     assert_eq!(c.deserializers[1].path(), data.join("5x5_jagged.txt"));
     // A CTF deserializer and no window: 4 GiB / 32 MiB chunks, not sample-based (READER.md §2).
@@ -334,10 +242,7 @@ fn composite_sections_give_their_deserializers() {
     assert_streams(
         &c.deserializers[0],
         ElementType::F64,
-        &[
-            ("features1", "F0", 10, D, false),
-            ("features2", "F1", 5, D, false),
-        ],
+        &[("features1", "F0", 10, D, false), ("features2", "F1", 5, D, false)],
     );
 }
 
@@ -349,56 +254,26 @@ fn binary_sections_give_cbf_deserializers() {
         ("Simple", "Simple_dense.bin", ElementType::F32, false),
         ("MNIST", "MNIST_dense.bin", ElementType::F64, false),
         ("10x10_dense", "10x10_dense.bin", ElementType::F32, false),
-        (
-            "50x20_jagged_sequences_dense",
-            "50x20_jagged_sequences_dense.bin",
-            ElementType::F64,
-            false,
-        ),
+        ("50x20_jagged_sequences_dense", "50x20_jagged_sequences_dense.bin", ElementType::F64, false),
         ("10x10_sparse", "10x10_sparse.bin", ElementType::F64, false),
-        (
-            "50x20_jagged_sequences_sparse",
-            "50x20_jagged_sequences_sparse.bin",
-            ElementType::F32,
-            false,
-        ),
-        (
-            "100x100x3_randomize_auto",
-            "100x100x3_jagged_sequences_dense.bin",
-            ElementType::F64,
-            true,
-        ),
+        ("50x20_jagged_sequences_sparse", "50x20_jagged_sequences_sparse.bin", ElementType::F32, false),
+        ("100x100x3_randomize_auto", "100x100x3_jagged_sequences_dense.bin", ElementType::F64, true),
     ];
     for (section, file, precision, randomize) in cases {
         let c = load(BINARY, section, &[]).unwrap();
         assert_eq!(c.kind, ReaderKind::LegacyCbf, "{section}");
         assert_eq!(c.precision, precision, "{section}");
         assert_eq!(c.randomize, randomize, "{section}");
-        let expected = if randomize {
-            Randomization::Chunks(128)
-        } else {
-            Randomization::Off
-        };
+        let expected = if randomize { Randomization::Chunks(128) } else { Randomization::Off };
         assert_eq!(c.randomization, expected, "{section}");
-        let [DeserializerConfig::Cbf {
-            file: f,
-            path,
-            renames,
-            precision: p,
-        }] = c.deserializers.as_slice()
-        else {
+        let [DeserializerConfig::Cbf { file: f, path, renames, precision: p }] = c.deserializers.as_slice() else {
             panic!("{section}: {:?}", c.deserializers)
         };
-        assert_eq!(
-            (f.as_str(), path.clone(), renames.len(), *p),
-            (file, data.join(file), 0, precision)
-        );
+        assert_eq!((f.as_str(), path.clone(), renames.len(), *p), (file, data.join(file), 0, precision));
     }
     assert!(load(BINARY, "MNIST", &[]).unwrap().keep_data_in_memory);
     let c = load(BINARY, "5_inputs_100x10_jagged_mixed", &[]).unwrap();
-    let DeserializerConfig::Cbf { renames, .. } = &c.deserializers[0] else {
-        panic!()
-    };
+    let DeserializerConfig::Cbf { renames, .. } = &c.deserializers[0] else { panic!() };
     let expected: Vec<(String, String)> = ["a", "b", "c", "d", "e"]
         .iter()
         .enumerate()
@@ -412,37 +287,22 @@ fn binary_sections_give_cbf_deserializers() {
 #[test]
 fn data_dir_and_error_paths() {
     let Some(dir) = config_dir() else { return };
-    let c = load_reader_config_file(
-        dir.join(DENSE),
-        Some("Simple"),
-        &[],
-        Some(Path::new("/data")),
-    )
-    .unwrap();
-    assert_eq!(
-        c.deserializers[0].path(),
-        Path::new("/data/Simple_dense.txt")
-    );
+    let c = load_reader_config_file(dir.join(DENSE), Some("Simple"), &[], Some(Path::new("/data"))).unwrap();
+    assert_eq!(c.deserializers[0].path(), Path::new("/data/Simple_dense.txt"));
     assert_eq!(c.deserializers[0].file(), "Simple_dense.txt");
     let e = load_reader_config_file(dir.join(DENSE), Some("Nope"), &[], None).unwrap_err();
     let shown = e.to_string();
-    assert!(
-        shown.contains("dense.cntk: error[E1005]: no section \"Nope\""),
-        "{shown}"
-    );
-    assert!(
-        shown.contains("sections with a reader: 1x1, 1x2, 1x10, 10x1_MI"),
-        "{shown}"
-    );
-    let e = load_reader_config_file(
-        dir.join(DENSE),
-        Some("Simple"),
-        &[("defMBSize".into(), "maybe".into())],
-        None,
-    )
-    .unwrap_err();
+    assert!(shown.contains("dense.cntk: error[E1005]: no section \"Nope\""), "{shown}");
+    assert!(shown.contains("sections with a reader: 1x1, 1x2, 1x10, 10x1_MI"), "{shown}");
+    let e = load_reader_config_file(dir.join(DENSE), Some("Simple"), &[("defMBSize".into(), "maybe".into())], None)
+        .unwrap_err();
     let shown = e.to_string();
-    assert!(shown.contains("dense.cntk:217:31: error[E1005]: Simple.reader.input.features.definesMbSize: expected a boolean"), "{shown}");
+    assert!(
+        shown.contains(
+            "dense.cntk:217:31: error[E1005]: Simple.reader.input.features.definesMbSize: expected a boolean"
+        ),
+        "{shown}"
+    );
     let e = load_reader_config_file(dir.join("missing.cntk"), None, &[], None).unwrap_err();
     assert!(e.is_io());
 }
@@ -457,10 +317,7 @@ fn err(text: &str, section: Option<&str>) -> Error {
 }
 
 fn line_col(e: &Error) -> (u64, u64) {
-    (
-        e.position().line.unwrap_or(0),
-        e.position().column.unwrap_or(0),
-    )
+    (e.position().line.unwrap_or(0), e.position().column.unwrap_or(0))
 }
 
 const ONE: &str = r#"
@@ -490,22 +347,14 @@ fn single_section_found_and_precision_inherited() {
     // Command-line values override top-level ones and may merge into blocks.
     let overrides = [
         ("DataDir".to_string(), "/elsewhere".to_string()),
-        (
-            "train".to_string(),
-            "[reader=[randomize=none; maxErrors = 5]]".to_string(),
-        ),
+        ("train".to_string(), "[reader=[randomize=none; maxErrors = 5]]".to_string()),
     ];
     let c = load_reader_config(ONE, Some("TRAIN"), &overrides).unwrap();
     assert_eq!(c.deserializers[0].file(), "/elsewhere/train.txt");
     assert_eq!(c.randomization, Randomization::Off);
     assert_eq!(ctf(&c.deserializers[0]).2.max_errors, 5);
     // A dotted path names the reader block directly.
-    assert_eq!(
-        load_reader_config(ONE, Some("train.reader"), &[])
-            .unwrap()
-            .section,
-        "train.reader"
-    );
+    assert_eq!(load_reader_config(ONE, Some("train.reader"), &[]).unwrap().section, "train.reader");
 }
 
 #[test]
@@ -513,23 +362,12 @@ fn top_level_reader_and_section_choice() {
     let text = "reader = [ file = a.txt ; input = [ x = [ dim = 1 ; format = sparse ] ] ]\n";
     let c = load_reader_config(text, None, &[]).unwrap();
     assert_eq!(c.section, "reader");
-    assert_eq!(
-        c.legacy_reader.as_deref(),
-        Some("Cntk.Deserializers.TextFormat")
-    );
-    let text =
-        "a = [ reader = [ file = a.txt ] ]\nb = [ reader = [ file = b.txt ] ]\nc = [ x = 1 ]\n";
+    assert_eq!(c.legacy_reader.as_deref(), Some("Cntk.Deserializers.TextFormat"));
+    let text = "a = [ reader = [ file = a.txt ] ]\nb = [ reader = [ file = b.txt ] ]\nc = [ x = 1 ]\n";
     let e = err(text, None);
-    assert!(
-        e.to_string().contains("several reader sections (a, b)"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("several reader sections (a, b)"), "{e}");
     let e = err(text, Some("c"));
-    assert!(
-        e.to_string()
-            .contains("section \"c\" has no reader block; sections with a reader: a, b"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("section \"c\" has no reader block; sections with a reader: a, b"), "{e}");
     assert_eq!(line_col(&e), (3, 5));
     let e = err("x = 1\n", None);
     assert!(e.to_string().contains("no reader section found"), "{e}");
@@ -569,11 +407,7 @@ fn syntax_errors_have_positions() {
     assert_eq!(line_col(&e), (2, 12));
     // A problem inside the reader section is an error there.
     let e = err("s = [ reader = [ file = a.txt\n  input 3\n ] ]\n", None);
-    assert!(
-        e.to_string()
-            .contains("s.reader: expected '=' after \"input\""),
-        "{e}"
-    );
+    assert!(e.to_string().contains("s.reader: expected '=' after \"input\""), "{e}");
     assert_eq!(line_col(&e), (2, 9));
 }
 
@@ -586,62 +420,35 @@ fn with_input(input: &str) -> String {
 #[test]
 fn input_errors() {
     let e = err(&with_input("x = [ format = dense ]"), None);
-    assert!(
-        e.to_string().contains("s.reader.input.x: missing \"dim\""),
-        "{e}"
-    );
+    assert!(e.to_string().contains("s.reader.input.x: missing \"dim\""), "{e}");
     assert_eq!(line_col(&e), (4, 5));
     let e = err(&with_input("x = [ dim = 3 ]"), None);
     assert!(e.to_string().contains("missing \"format\""), "{e}");
     let e = err(&with_input("x = [ dim = 3; format = \"dens\" ]"), None);
-    assert!(
-        e.to_string()
-            .contains("s.reader.input.x.format: must be \"dense\" or \"sparse\", found \"dens\""),
-        "{e}"
-    );
+    assert!(e.to_string().contains("s.reader.input.x.format: must be \"dense\" or \"sparse\", found \"dens\""), "{e}");
     assert_eq!(line_col(&e), (4, 29));
     let e = err(&with_input("x = [ dim = -3; format = dense ]"), None);
-    assert!(
-        e.to_string()
-            .contains("expected a non-negative integer, found \"-3\""),
-        "{e}"
+    assert!(e.to_string().contains("expected a non-negative integer, found \"-3\""), "{e}");
+    let e = err(
+        &with_input("x = [ dim = 3; format = dense; alias = A ]\n y = [ dim = 3; format = dense; alias = A ]"),
+        None,
     );
-    let e = err(&with_input("x = [ dim = 3; format = dense; alias = A ]\n y = [ dim = 3; format = dense; alias = A ]"), None);
     assert_eq!(e.code(), "E1003");
     assert_eq!(line_col(&e), (5, 2));
-    let two_mains = "x = [ dim = 3; format = dense; definesMBSize = true ]\n y = [ dim = 3; format = dense; definesMbSize = T ]";
+    let two_mains =
+        "x = [ dim = 3; format = dense; definesMBSize = true ]\n y = [ dim = 3; format = dense; definesMbSize = T ]";
     assert_eq!(err(&with_input(two_mains), None).code(), "E1004");
-    let e = err(
-        &with_input("x = [ dim = 3; format = dense; alias = \"\" ]"),
-        None,
-    );
-    assert!(
-        e.to_string().contains("the alias of input \"x\" is empty"),
-        "{e}"
-    );
+    let e = err(&with_input("x = [ dim = 3; format = dense; alias = \"\" ]"), None);
+    assert!(e.to_string().contains("the alias of input \"x\" is empty"), "{e}");
     let e = err(&with_input("x = 5"), None);
-    assert!(
-        e.to_string().contains("s.reader.input.x: expected a block"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("s.reader.input.x: expected a block"), "{e}");
     let e = err(&with_input(""), None);
-    assert!(
-        e.to_string().contains("the \"input\" block is empty"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("the \"input\" block is empty"), "{e}");
     let e = err("s = [ reader = [ file = a.txt ] ]", None);
     assert!(e.to_string().contains("no \"input\" block"), "{e}");
-    let e = err(
-        &with_input("x = [ dim = 2147483648; format = sparse ]"),
-        None,
-    );
+    let e = err(&with_input("x = [ dim = 2147483648; format = sparse ]"), None);
     assert_eq!(e.code(), "E1002");
-    let e = err(
-        &CTF_READER
-            .replace("file = a.txt", "")
-            .replace("INPUT", "x = [ dim = 1; format = dense ]"),
-        None,
-    );
+    let e = err(&CTF_READER.replace("file = a.txt", "").replace("INPUT", "x = [ dim = 1; format = dense ]"), None);
     assert!(e.to_string().contains("s.reader: missing \"file\""), "{e}");
 }
 
@@ -650,11 +457,7 @@ fn reader_key_errors() {
     let base = with_input("x = [ dim = 1; format = dense ]");
     let with = |extra: &str| base.replace("file = a.txt", &format!("file = a.txt\n  {extra}"));
     let e = err(&with("randomize = auto"), None);
-    assert!(
-        e.to_string()
-            .contains("s.reader.randomize: expected a boolean"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("s.reader.randomize: expected a boolean"), "{e}");
     assert!(e.to_string().contains("\"auto\" is a config error"), "{e}");
     assert_eq!(line_col(&e), (3, 15));
     for off in ["none", "NONE", "false", "F", "0"] {
@@ -664,36 +467,18 @@ fn reader_key_errors() {
     let e = err(&with("randomize = tRue"), None);
     assert!(e.to_string().contains("found \"tRue\""), "{e}");
     let e = err(&with("precision = Float"), None);
-    assert!(
-        e.to_string().contains("must be written in lowercase"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("must be written in lowercase"), "{e}");
     let e = err(&with("precision = half"), None);
-    assert!(
-        e.to_string()
-            .contains("must be \"float\" or \"double\", found \"half\""),
-        "{e}"
-    );
+    assert!(e.to_string().contains("must be \"float\" or \"double\", found \"half\""), "{e}");
     let e = err(&with("chunkSizeInBytes = 0"), None);
-    assert!(
-        e.to_string().contains("chunkSizeInBytes: must be > 0"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("chunkSizeInBytes: must be > 0"), "{e}");
     let e = err(&with("readerType = HTKMLFReader"), None);
     assert!(e.to_string().contains("not supported by cntkio"), "{e}");
     let e = err(&with("maxErrors = $undefined$"), None);
-    assert!(
-        e.to_string().contains("undefined variable $undefined$"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("undefined variable $undefined$"), "{e}");
     assert_eq!(line_col(&e), (3, 15));
     // `default` means the default.
-    let c = load_reader_config(
-        &with("randomize = default\n  chunkSizeInBytes = default"),
-        None,
-        &[],
-    )
-    .unwrap();
+    let c = load_reader_config(&with("randomize = default\n  chunkSizeInBytes = default"), None, &[]).unwrap();
     assert_eq!(c.randomization, Randomization::Chunks(128));
 }
 
@@ -701,37 +486,17 @@ fn reader_key_errors() {
 fn legacy_windows_and_options() {
     let base = with_input("x = [ dim = 1; format = dense ]");
     let with = |extra: &str| {
-        load_reader_config(
-            &base.replace("file = a.txt", &format!("file = a.txt; {extra}")),
-            None,
-            &[],
-        )
-        .unwrap()
+        load_reader_config(&base.replace("file = a.txt", &format!("file = a.txt; {extra}")), None, &[]).unwrap()
     };
-    assert_eq!(
-        with("randomizationWindow = 7").randomization,
-        Randomization::Chunks(7)
-    );
-    assert_eq!(
-        with("randomizationWindow = 0").randomization,
-        Randomization::Off
-    );
-    let c = with(
-        "randomizationWindow = 700; sampleBasedRandomizationWindow = true; randomizationSeed = 3",
-    );
+    assert_eq!(with("randomizationWindow = 7").randomization, Randomization::Chunks(7));
+    assert_eq!(with("randomizationWindow = 0").randomization, Randomization::Off);
+    let c = with("randomizationWindow = 700; sampleBasedRandomizationWindow = true; randomizationSeed = 3");
     assert_eq!(c.randomization, Randomization::Samples(700));
     assert_eq!(
-        (
-            c.randomization_window,
-            c.sample_based_randomization_window,
-            c.randomization_seed
-        ),
+        (c.randomization_window, c.sample_based_randomization_window, c.randomization_seed),
         (Some(700), Some(true), 3)
     );
-    assert_eq!(
-        with("sampleBasedRandomizationWindow = true").randomization,
-        Randomization::Samples(RANDOMIZE_AUTO)
-    );
+    assert_eq!(with("sampleBasedRandomizationWindow = true").randomization, Randomization::Samples(RANDOMIZE_AUTO));
     let c = with("cacheIndex = true; frameMode = true; traceLevel = -1; keepDataInMemory");
     let (_, _, o) = ctf(&c.deserializers[0]);
     assert!(o.cache_index && o.frame_mode && o.keep_data_in_memory);
@@ -788,82 +553,37 @@ fn composite_keys() {
     assert!(c.warnings[0].message.contains("[0].precision: ignored"));
     assert_eq!(c.randomization, Randomization::Chunks(128));
 
-    assert_eq!(
-        composite("randomizationWindow = 1000")
-            .unwrap()
-            .randomization,
-        Randomization::Samples(1000)
-    );
-    assert_eq!(
-        composite("chunkSizeInBytes = 1048576")
-            .unwrap()
-            .randomization,
-        Randomization::Chunks(4096)
-    );
+    assert_eq!(composite("randomizationWindow = 1000").unwrap().randomization, Randomization::Samples(1000));
+    assert_eq!(composite("chunkSizeInBytes = 1048576").unwrap().randomization, Randomization::Chunks(4096));
     let c = composite("randomizationWindow = 4; sampleBasedRandomizationWindow = false").unwrap();
     assert_eq!(c.randomization, Randomization::Chunks(4));
     let e = composite("sampleBasedRandomizationWindow = true").unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("requires that the 'randomizationWindow' is explicitly specified"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("requires that the 'randomizationWindow' is explicitly specified"), "{e}");
     let c = composite("truncated = true; truncationLength = 20; rightSplice = 2").unwrap();
     assert_eq!((c.truncation_length, c.right_splice), (Some(20), 2));
     let e = composite("truncated = true").unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("truncationLength: must be given and > 0"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("truncationLength: must be given and > 0"), "{e}");
     let e = composite("truncated = true; truncationLength = 5; frameMode = true").unwrap_err();
     assert!(e.to_string().contains("mutually exclusive"), "{e}");
     let c = composite("frameMode = true").unwrap();
     assert!(c.frame_mode && ctf(&c.deserializers[1]).2.frame_mode);
     let e = composite("readerType = CNTKTextFormatReader").unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("cannot be combined with \"deserializers\""),
-        "{e}"
-    );
+    assert!(e.to_string().contains("cannot be combined with \"deserializers\""), "{e}");
     assert!(composite("readerType = CompositeDataReader").is_ok());
     let c = composite("randomize = none").unwrap();
     assert_eq!(c.randomization, Randomization::Off);
-    assert!(
-        c.warnings
-            .iter()
-            .any(|w| w.message.contains("accepts only booleans")),
-        "{:?}",
-        c.warnings
-    );
+    assert!(c.warnings.iter().any(|w| w.message.contains("accepts only booleans")), "{:?}", c.warnings);
 }
 
 #[test]
 fn composite_deserializer_errors() {
     let text = COMPOSITE.replace("EXTRA", "");
-    let lower = text.replacen(
-        "\"CNTKTextFormatDeserializer\" ;",
-        "\"cntkTextFormatDeserializer\" ;",
-        1,
-    );
+    let lower = text.replacen("\"CNTKTextFormatDeserializer\" ;", "\"cntkTextFormatDeserializer\" ;", 1);
     let e = load_reader_config(&lower, None, &[]).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("type names are case-sensitive: \"CNTKTextFormatDeserializer\""),
-        "{e}"
-    );
+    assert!(e.to_string().contains("type names are case-sensitive: \"CNTKTextFormatDeserializer\""), "{e}");
     assert_eq!(line_col(&e), (9, 24));
-    let e = load_reader_config(
-        &text.replacen("; module = \"CNTKTextFormatReader\"", "", 1),
-        None,
-        &[],
-    )
-    .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("s.reader.deserializers[0]: missing \"module\""),
-        "{e}"
-    );
+    let e = load_reader_config(&text.replacen("; module = \"CNTKTextFormatReader\"", "", 1), None, &[]).unwrap_err();
+    assert!(e.to_string().contains("s.reader.deserializers[0]: missing \"module\""), "{e}");
     // A CBF deserializer must come first.
     let cbf = text.replacen(
         "type = \"CNTKTextFormatDeserializer\" ; module = \"CNTKTextFormatReader\"\n                file = \"l.txt\"",
@@ -871,11 +591,7 @@ fn composite_deserializer_errors() {
         1,
     );
     let e = load_reader_config(&cbf, None, &[]).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("can only be the first (primary) one"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("can only be the first (primary) one"), "{e}");
     let e = load_reader_config("s = [ reader = [ deserializers = ( ) ] ]", None, &[]).unwrap_err();
     assert!(e.to_string().contains("no deserializers"), "{e}");
 }
@@ -895,12 +611,7 @@ r = [ reader = [
 "#;
     let c = load_reader_config(text, None, &[]).unwrap();
     assert_eq!(c.deserializers.len(), 2);
-    let DeserializerConfig::Cbf {
-        renames, precision, ..
-    } = &c.deserializers[0]
-    else {
-        panic!()
-    };
+    let DeserializerConfig::Cbf { renames, precision, .. } = &c.deserializers[0] else { panic!() };
     assert_eq!(renames, &[("feats".to_string(), "features".to_string())]);
     assert_eq!(*precision, ElementType::F32);
     assert_eq!(c.randomization, Randomization::Off);

@@ -54,13 +54,16 @@ impl Deser for CtfReader {
     }
 }
 
+/// (index in the primary chunk, secondary chunk, index there, length, key).
+type Joined = (u32, u32, u32, u32, u64);
+
 /// CNTK's composite reader in the test: a primary and a secondary deserializer joined by sequence key.
 struct Join {
     a: CtfReader,
     b: CtfReader,
     chunks: Vec<ChunkInfo>,
     /// Per primary chunk: (index in the primary chunk, secondary chunk, index there, length, key).
-    map: Vec<Vec<(u32, u32, u32, u32, u64)>>,
+    map: Vec<Vec<Joined>>,
 }
 
 impl Join {
@@ -80,10 +83,8 @@ impl Join {
                     l.push((k as u32, bc, bk, s.num_samples.max(bn), s.key));
                 }
             }
-            chunks.push(ChunkInfo {
-                num_samples: l.iter().map(|x| u64::from(x.3)).sum(),
-                num_sequences: l.len() as u32,
-            });
+            chunks
+                .push(ChunkInfo { num_samples: l.iter().map(|x| u64::from(x.3)).sum(), num_sequences: l.len() as u32 });
             map.push(l);
         }
         Join { a, b, chunks, map }
@@ -146,7 +147,9 @@ struct Run {
 /// each stream's minibatch written time-major over CNTK's packed layout, values as `%g`.
 fn harness(d: &dyn Deser, r: &Run) -> Result<Vec<String>, Error> {
     let mut en: Box<dyn SequenceEnumerator + '_> = match r.window {
-        Some(w) => Box::new(BlockRandomizer::new(d as &dyn SequenceSource, Window::Chunks(w), 0)?.with_cntk_seek_quirk(true)),
+        Some(w) => {
+            Box::new(BlockRandomizer::new(d as &dyn SequenceSource, Window::Chunks(w), 0)?.with_cntk_seek_quirk(true))
+        }
         None => Box::new(NoRandomizer::new(d as &dyn SequenceSource)?),
     };
     let schema = d.schema();
@@ -177,7 +180,13 @@ fn harness(d: &dyn Deser, r: &Run) -> Result<Vec<String>, Error> {
     Ok(out)
 }
 
-fn write_minibatch(d: &dyn Deser, schema: &Schema, picks: &[Pick], r: &Run, out: &mut Vec<String>) -> Result<(), Error> {
+fn write_minibatch(
+    d: &dyn Deser,
+    schema: &Schema,
+    picks: &[Pick],
+    r: &Run,
+    out: &mut Vec<String>,
+) -> Result<(), Error> {
     for name in names_for(r.feats, r.labels) {
         let si = schema.by_name(&name).unwrap_or_else(|| panic!("no stream {name}"));
         let dim = schema.streams()[si].dim;
@@ -224,7 +233,13 @@ fn write_minibatch(d: &dyn Deser, schema: &Schema, picks: &[Pick], r: &Run, out:
 
 fn open(file: &str, streams: &[S], double: bool, chunk: u64, max_errors: u64, skip_ids: bool) -> CtfReader {
     // keepDataInMemory: the harness asks for every sequence separately; parse each chunk once.
-    let opts = CtfOptions { chunk_size: chunk, max_errors, skip_sequence_ids: skip_ids, keep_data_in_memory: true, ..CtfOptions::default() };
+    let opts = CtfOptions {
+        chunk_size: chunk,
+        max_errors,
+        skip_sequence_ids: skip_ids,
+        keep_data_in_memory: true,
+        ..CtfOptions::default()
+    };
     CtfReader::open(data(file), &schema(streams, double), &opts).expect("the file indexes")
 }
 
@@ -260,16 +275,40 @@ fn ctf_reader_tests_regenerate_cntk_control_files() {
     for dmb in [false, true] {
         let t = |n: &str| format!("{n}[defMBSize={dmb}]");
         let st: &[S] = &[("features", "F", true, 2, dmb), ("labels", "L", true, 2, false)];
-        check(&t("Simple_dense"), harness(&open("Simple_dense.txt", st, false, M32, 0, false), &run(1, 1, 1000, 250, 10, true, None)), "Simple_dense.txt");
+        check(
+            &t("Simple_dense"),
+            harness(&open("Simple_dense.txt", st, false, M32, 0, false), &run(1, 1, 1000, 250, 10, true, None)),
+            "Simple_dense.txt",
+        );
         let st: &[S] = &[("features", "F", true, 2, dmb)];
-        check(&t("Simple_dense_single_stream"), harness(&open("Simple_dense.txt", st, false, M32, 0, false), &run(1, 0, 1000, 250, 10, true, None)), "Simple_dense_single_stream.txt");
+        check(
+            &t("Simple_dense_single_stream"),
+            harness(&open("Simple_dense.txt", st, false, M32, 0, false), &run(1, 0, 1000, 250, 10, true, None)),
+            "Simple_dense_single_stream.txt",
+        );
         let st: &[S] = &[("features", "F", true, 784, false), ("labels", "L", true, 10, dmb)];
-        check(&t("MNIST_dense"), harness(&open("MNIST_dense.txt", st, true, 10000, 0, false), &run(1, 1, 1000, 1000, 1, false, None)), "MNIST_dense.txt");
+        check(
+            &t("MNIST_dense"),
+            harness(&open("MNIST_dense.txt", st, true, 10000, 0, false), &run(1, 1, 1000, 1000, 1, false, None)),
+            "MNIST_dense.txt",
+        );
         let st: &[S] = &[("features", "F", true, 10000, dmb)];
-        check(&t("1x1_1_dense"), harness(&open("1x1_dense.txt", st, true, M32, 0, false), &run(1, 0, 1, 1, 1, false, w(M32))), "1x1_1_dense.txt");
-        check(&t("1x1_2_dense"), harness(&open("1x1_dense.txt", st, true, M32, 0, false), &run(1, 0, 2, 1, 3, false, w(M32))), "1x1_2_dense.txt");
+        check(
+            &t("1x1_1_dense"),
+            harness(&open("1x1_dense.txt", st, true, M32, 0, false), &run(1, 0, 1, 1, 1, false, w(M32))),
+            "1x1_1_dense.txt",
+        );
+        check(
+            &t("1x1_2_dense"),
+            harness(&open("1x1_dense.txt", st, true, M32, 0, false), &run(1, 0, 2, 1, 3, false, w(M32))),
+            "1x1_2_dense.txt",
+        );
         let st: &[S] = &[("features", "F0", true, 10, dmb)];
-        check(&t("1x10_dense"), harness(&open("1x10_dense.txt", st, false, M32, 0, false), &run(1, 0, 10, 10, 1, true, w(M32))), "1x10_dense.txt");
+        check(
+            &t("1x10_dense"),
+            harness(&open("1x10_dense.txt", st, false, M32, 0, false), &run(1, 0, 10, 10, 1, true, w(M32))),
+            "1x10_dense.txt",
+        );
         let st: &[S] = &[
             ("features1", "F1", true, 1, dmb),
             ("features2", "F2", true, 10, false),
@@ -279,29 +318,99 @@ fn ctf_reader_tests_regenerate_cntk_control_files() {
             ("labels2", "L2", true, 10, false),
             ("labels3", "L3", true, 100, false),
         ];
-        check(&t("10x1_MI_2_dense"), harness(&open("10x1_MI_dense.txt", st, false, 50000, 0, false), &run(4, 3, 7, 3, 3, true, w(50000))), "10x1_MI_2_dense.txt");
-        check(&t("1x10_MI_1_dense"), harness(&open("10x1_MI_dense.txt", st, false, 50000, 0, false), &run(4, 3, 10, 1, 3, true, w(50000))), "10x1_MI_1_dense.txt");
+        check(
+            &t("10x1_MI_2_dense"),
+            harness(&open("10x1_MI_dense.txt", st, false, 50000, 0, false), &run(4, 3, 7, 3, 3, true, w(50000))),
+            "10x1_MI_2_dense.txt",
+        );
+        check(
+            &t("1x10_MI_1_dense"),
+            harness(&open("10x1_MI_dense.txt", st, false, 50000, 0, false), &run(4, 3, 10, 1, 3, true, w(50000))),
+            "10x1_MI_1_dense.txt",
+        );
         let st: &[S] = &[("features", "F0", true, 5, dmb)];
-        check(&t("10x10_dense"), harness(&open("10x10_dense.txt", st, false, M32, 0, false), &run(1, 0, 100, 100, 1, true, None)), "10x10_dense.txt");
+        check(
+            &t("10x10_dense"),
+            harness(&open("10x10_dense.txt", st, false, M32, 0, false), &run(1, 0, 100, 100, 1, true, None)),
+            "10x10_dense.txt",
+        );
         let st: &[S] = &[("features", "F", true, 100, false), ("labels", "L", true, 100, dmb)];
-        check(&t("100x1_1_dense"), harness(&open("100x1_dense.txt", st, true, 10000, 0, false), &run(1, 1, 10, 1, 10, false, w(10000))), "100x1_1_dense.txt");
-        check(&t("100x1_2_dense"), harness(&open("100x1_dense.txt", st, true, 10000, 0, false), &run(1, 1, 5, 3, 4, false, w(10000))), "100x1_2_dense.txt");
+        check(
+            &t("100x1_1_dense"),
+            harness(&open("100x1_dense.txt", st, true, 10000, 0, false), &run(1, 1, 10, 1, 10, false, w(10000))),
+            "100x1_1_dense.txt",
+        );
+        check(
+            &t("100x1_2_dense"),
+            harness(&open("100x1_dense.txt", st, true, 10000, 0, false), &run(1, 1, 5, 3, 4, false, w(10000))),
+            "100x1_2_dense.txt",
+        );
         let st: &[S] = &[("features", "F0", true, 3, dmb)];
-        check(&t("50x20_jagged_sequences_dense"), harness(&open("50x20_jagged_sequences_dense.txt", st, true, M32, 0, false), &run(1, 0, 508, 508, 1, false, None)), "50x20_jagged_sequences_dense.txt");
+        check(
+            &t("50x20_jagged_sequences_dense"),
+            harness(
+                &open("50x20_jagged_sequences_dense.txt", st, true, M32, 0, false),
+                &run(1, 0, 508, 508, 1, false, None),
+            ),
+            "50x20_jagged_sequences_dense.txt",
+        );
         let st: &[S] = &[("features", "F0", false, 10000, dmb)];
-        check(&t("1x1_sparse"), harness(&open("1x1_sparse.txt", st, false, M32, 0, false), &run(1, 0, 1, 1, 1, true, w(M32))), "1x1_sparse.txt");
+        check(
+            &t("1x1_sparse"),
+            harness(&open("1x1_sparse.txt", st, false, M32, 0, false), &run(1, 0, 1, 1, 1, true, w(M32))),
+            "1x1_sparse.txt",
+        );
         let st: &[S] = &[("features", "F0", false, 1000, dmb)];
-        check(&t("1x2_sparse"), harness(&open("1x2_sparse.txt", st, false, M32, 0, false), &run(1, 0, 2, 2, 1, true, w(M32))), "1x2_sparse.txt");
+        check(
+            &t("1x2_sparse"),
+            harness(&open("1x2_sparse.txt", st, false, M32, 0, false), &run(1, 0, 2, 2, 1, true, w(M32))),
+            "1x2_sparse.txt",
+        );
         let st: &[S] = &[("features", "F0", false, 100, dmb)];
-        check(&t("1x10_sparse"), harness(&open("1x10_sparse.txt", st, true, M32, 0, false), &run(1, 0, 10, 10, 1, false, w(M32))), "1x10_sparse.txt");
-        check(&t("10x10_sparse"), harness(&open("10x10_sparse.txt", st, true, M32, 0, false), &run(1, 0, 100, 100, 1, false, None)), "10x10_sparse.txt");
-        let st: &[S] = &[("features1", "F0", false, 2, dmb), ("features2", "F1", false, 20, false), ("features3", "F2", false, 200, false)];
-        check(&t("3x5_MI_sparse"), harness(&open("3x5_MI_sparse.txt", st, false, M32, 0, false), &run(3, 0, 15, 15, 1, true, None)), "3x5_MI_sparse.txt");
-        check(&t("20x10_MI_jagged_samples_sparse"), harness(&open("20x10_MI_jagged_samples_sparse.txt", st, false, M32, 0, false), &run(3, 0, 200, 200, 1, true, None)), "20x10_MI_jagged_samples_sparse.txt");
-        let st: &[S] = &[("features1", "F1", true, 15, dmb), ("features2", "F2", true, 12, false), ("features3", "F3", true, 1, false)];
-        check(&t("space_separated"), harness(&open("space_separated.txt", st, true, M32, 0, false), &run(3, 0, 2, 2, 1, false, w(M32))), "space_separated.txt");
+        check(
+            &t("1x10_sparse"),
+            harness(&open("1x10_sparse.txt", st, true, M32, 0, false), &run(1, 0, 10, 10, 1, false, w(M32))),
+            "1x10_sparse.txt",
+        );
+        check(
+            &t("10x10_sparse"),
+            harness(&open("10x10_sparse.txt", st, true, M32, 0, false), &run(1, 0, 100, 100, 1, false, None)),
+            "10x10_sparse.txt",
+        );
+        let st: &[S] = &[
+            ("features1", "F0", false, 2, dmb),
+            ("features2", "F1", false, 20, false),
+            ("features3", "F2", false, 200, false),
+        ];
+        check(
+            &t("3x5_MI_sparse"),
+            harness(&open("3x5_MI_sparse.txt", st, false, M32, 0, false), &run(3, 0, 15, 15, 1, true, None)),
+            "3x5_MI_sparse.txt",
+        );
+        check(
+            &t("20x10_MI_jagged_samples_sparse"),
+            harness(
+                &open("20x10_MI_jagged_samples_sparse.txt", st, false, M32, 0, false),
+                &run(3, 0, 200, 200, 1, true, None),
+            ),
+            "20x10_MI_jagged_samples_sparse.txt",
+        );
+        let st: &[S] = &[
+            ("features1", "F1", true, 15, dmb),
+            ("features2", "F2", true, 12, false),
+            ("features3", "F3", true, 1, false),
+        ];
+        check(
+            &t("space_separated"),
+            harness(&open("space_separated.txt", st, true, M32, 0, false), &run(3, 0, 2, 2, 1, false, w(M32))),
+            "space_separated.txt",
+        );
         let st: &[S] = &[("features", "features", true, 1, dmb)];
-        check(&t("missing_trailing_newline"), harness(&open("missing_trailing_newline.txt", st, true, M32, 0, false), &run(1, 0, 2, 2, 1, false, w(M32))), "missing_trailing_newline.txt");
+        check(
+            &t("missing_trailing_newline"),
+            harness(&open("missing_trailing_newline.txt", st, true, M32, 0, false), &run(1, 0, 2, 2, 1, false, w(M32))),
+            "missing_trailing_newline.txt",
+        );
         let r = harness(&open("contains_blank_lines.txt", st, true, M32, 0, true), &run(1, 0, 2, 2, 1, false, w(M32)));
         if dmb {
             check(&t("blank_lines"), r, "blank_lines.txt");
@@ -310,18 +419,45 @@ fn ctf_reader_tests_regenerate_cntk_control_files() {
             assert!(matches!(e.kind(), ErrorKind::MaxErrorsReached { max_errors: 0, .. }), "{e}");
         }
         let st: &[S] = &[("features", "F0", true, 10, dmb), ("labels", "F1", false, 10, false)];
-        check(&t("empty_samples"), harness(&open("empty_samples.txt", st, false, M32, 0, false), &run(1, 1, 6, 6, 1, true, None)), "empty_samples.txt");
+        check(
+            &t("empty_samples"),
+            harness(&open("empty_samples.txt", st, false, M32, 0, false), &run(1, 1, 6, 6, 1, true, None)),
+            "empty_samples.txt",
+        );
         let st: &[S] = &[("features", "F0", false, 100, dmb), ("labels", "F1", true, 3, false)];
-        check(&t("ref_data_with_escape_sequences"), harness(&open("ref_data_with_escape_sequences.txt", st, false, M32, 0, false), &run(1, 1, 9, 9, 1, true, None)), "ref_data_with_escape_sequences.txt");
+        check(
+            &t("ref_data_with_escape_sequences"),
+            harness(
+                &open("ref_data_with_escape_sequences.txt", st, false, M32, 0, false),
+                &run(1, 1, 9, 9, 1, true, None),
+            ),
+            "ref_data_with_escape_sequences.txt",
+        );
     }
     let st: &[S] = &[("features", "F0", false, 100, false)];
-    check("50x20_jagged_sequences_sparse", harness(&open("50x20_jagged_sequences_sparse.txt", st, false, M32, 0, false), &run(1, 0, 564, 564, 1, true, None)), "50x20_jagged_sequences_sparse.txt");
+    check(
+        "50x20_jagged_sequences_sparse",
+        harness(
+            &open("50x20_jagged_sequences_sparse.txt", st, false, M32, 0, false),
+            &run(1, 0, 564, 564, 1, true, None),
+        ),
+        "50x20_jagged_sequences_sparse.txt",
+    );
     let st: &[S] = &[("features", "F0", false, 20, false)];
-    check("100x100_jagged_sparse", harness(&open("100x100_jagged_sparse.txt", st, false, M32, 0, false), &run(1, 0, 4887, 4887, 1, true, None)), "100x100_jagged_sparse.txt");
+    check(
+        "100x100_jagged_sparse",
+        harness(&open("100x100_jagged_sparse.txt", st, false, M32, 0, false), &run(1, 0, 4887, 4887, 1, true, None)),
+        "100x100_jagged_sparse.txt",
+    );
     let st: &[S] = &[("features", "features", true, 1, false)];
-    check("blank_lines_ignored", harness(&open("contains_blank_lines.txt", st, true, M32, 2, false), &run(1, 0, 3, 3, 1, false, None)), "blank_lines.txt");
+    check(
+        "blank_lines_ignored",
+        harness(&open("contains_blank_lines.txt", st, true, M32, 2, false), &run(1, 0, 3, 3, 1, false, None)),
+        "blank_lines.txt",
+    );
     let st: &[S] = &[("features1", "F1", true, 1, false), ("features2", "F2", true, 1, false)];
-    let e = harness(&open("duplicate_inputs.txt", st, true, M32, 0, false), &run(2, 0, 1, 1, 1, false, w(M32))).expect_err("a duplicated input");
+    let e = harness(&open("duplicate_inputs.txt", st, true, M32, 0, false), &run(2, 0, 1, 1, 1, false, w(M32)))
+        .expect_err("a duplicated input");
     assert!(matches!(e.kind(), ErrorKind::MaxErrorsReached { .. }), "{e}");
 }
 
@@ -408,4 +544,3 @@ fn invalid_inputs_errors_are_counted_and_located() {
         assert!(p.line.is_some() && p.column.is_some() && p.path.is_some(), "{e}");
     }
 }
-

@@ -3,8 +3,8 @@
 //! properties of sweeps and workers.
 
 use cntkio::randomize::{
-    BlockRandomizer, ChunkInfo, ChunkRandomizer, EpochConfig, Minibatch, Mt19937_64, NoRandomizer,
-    Pick, SequenceEnumerator, SequenceInfo, SequenceSource, Window, REQUEST_DATA_SIZE,
+    BlockRandomizer, ChunkInfo, ChunkRandomizer, EpochConfig, Minibatch, Mt19937_64, NoRandomizer, Pick,
+    SequenceEnumerator, SequenceInfo, SequenceSource, Window, REQUEST_DATA_SIZE,
 };
 use cntkio::{Error, ErrorKind};
 use proptest::prelude::*;
@@ -25,10 +25,7 @@ impl Synthetic {
     fn new(lens: Vec<Vec<u32>>, key_base: u64, key_step: u64) -> Synthetic {
         let infos = lens
             .iter()
-            .map(|c| ChunkInfo {
-                num_samples: c.iter().map(|&l| u64::from(l)).sum(),
-                num_sequences: c.len() as u32,
-            })
+            .map(|c| ChunkInfo { num_samples: c.iter().map(|&l| u64::from(l)).sum(), num_sequences: c.len() as u32 })
             .collect();
         let mut offsets = Vec::new();
         let mut g = 0u64;
@@ -36,13 +33,7 @@ impl Synthetic {
             offsets.push(g);
             g += c.len() as u64;
         }
-        Synthetic {
-            lens,
-            infos,
-            offsets,
-            key_base,
-            key_step,
-        }
+        Synthetic { lens, infos, offsets, key_base, key_step }
     }
 
     /// Chunks of one-sample sequences whose keys count up from 0.
@@ -65,10 +56,12 @@ impl SequenceSource for Synthetic {
     }
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
         let c = chunk as usize;
-        out.extend(self.lens[c].iter().enumerate().map(|(k, &l)| SequenceInfo {
-            num_samples: l,
-            key: self.key(self.offsets[c] + k as u64),
-        }));
+        out.extend(
+            self.lens[c]
+                .iter()
+                .enumerate()
+                .map(|(k, &l)| SequenceInfo { num_samples: l, key: self.key(self.offsets[c] + k as u64) }),
+        );
         Ok(())
     }
 }
@@ -79,14 +72,7 @@ fn keys(mb: &Minibatch) -> Vec<u64> {
 
 /// V2 configuration: one epoch of `sweeps` sweeps (or endless), crossing sweeps.
 fn v2(workers: u32, rank: u32, sweeps: Option<u64>) -> EpochConfig {
-    EpochConfig {
-        epoch_size: u64::MAX / 2,
-        epoch_index: 0,
-        workers,
-        rank,
-        sweeps,
-        cross_sweeps: true,
-    }
+    EpochConfig { epoch_size: u64::MAX / 2, epoch_index: 0, workers, rank, sweeps, cross_sweeps: true }
 }
 
 /// Reads until the end of the epoch (or an empty minibatch), V2 style.
@@ -190,32 +176,19 @@ fn chunk_permutation_golden() {
     let cases: [(u64, usize, &[u32]); 5] = [
         (0, 7, &[3, 0, 4, 6, 2, 1, 5]),
         (1, 7, &[3, 0, 1, 5, 4, 2, 6]),
-        (
-            42,
-            16,
-            &[7, 9, 10, 14, 5, 12, 2, 0, 15, 8, 11, 1, 6, 13, 3, 4],
-        ),
+        (42, 16, &[7, 9, 10, 14, 5, 12, 2, 0, 15, 8, 11, 1, 6, 13, 3, 4]),
         (0, 1, &[0]),
         (
             u64::MAX,
             40,
             &[
-                34, 9, 33, 24, 6, 19, 29, 0, 3, 17, 8, 25, 27, 1, 26, 15, 18, 28, 11, 7, 36, 16,
-                14, 30, 23, 37, 31, 39, 35, 21, 22, 20, 5, 32, 4, 13, 12, 2, 10, 38,
+                34, 9, 33, 24, 6, 19, 29, 0, 3, 17, 8, 25, 27, 1, 26, 15, 18, 28, 11, 7, 36, 16, 14, 30, 23, 37, 31,
+                39, 35, 21, 22, 20, 5, 32, 4, 13, 12, 2, 10, 38,
             ],
         ),
     ];
     for (seed, n, want) in cases {
-        let mut cr = ChunkRandomizer::new(
-            &vec![
-                ChunkInfo {
-                    num_samples: 1,
-                    num_sequences: 1
-                };
-                n
-            ],
-            Window::Chunks(1),
-        );
+        let mut cr = ChunkRandomizer::new(&vec![ChunkInfo { num_samples: 1, num_sequences: 1 }; n], Window::Chunks(1));
         cr.randomize(seed);
         let got: Vec<u32> = cr.chunks().iter().map(|c| c.original).collect();
         assert_eq!(got, want, "seed {seed}, {n} chunks");
@@ -233,38 +206,14 @@ fn worked_example() -> Synthetic {
 #[test]
 fn worked_example_orders() {
     let cases: [(Window, [u64; 20]); 4] = [
-        (
-            Window::Chunks(128),
-            [
-                9, 13, 7, 12, 17, 14, 16, 1, 2, 4, 18, 10, 8, 15, 3, 11, 19, 5, 0, 6,
-            ],
-        ),
-        (
-            Window::Chunks(1),
-            [
-                9, 10, 11, 0, 1, 2, 12, 13, 14, 19, 18, 6, 7, 8, 3, 5, 4, 17, 16, 15,
-            ],
-        ),
-        (
-            Window::Chunks(2),
-            [
-                0, 11, 10, 9, 1, 2, 14, 13, 12, 18, 19, 8, 7, 6, 4, 3, 5, 16, 17, 15,
-            ],
-        ),
-        (
-            Window::Samples(4),
-            [
-                9, 10, 11, 0, 1, 2, 12, 13, 14, 19, 18, 7, 8, 6, 3, 5, 4, 17, 16, 15,
-            ],
-        ),
+        (Window::Chunks(128), [9, 13, 7, 12, 17, 14, 16, 1, 2, 4, 18, 10, 8, 15, 3, 11, 19, 5, 0, 6]),
+        (Window::Chunks(1), [9, 10, 11, 0, 1, 2, 12, 13, 14, 19, 18, 6, 7, 8, 3, 5, 4, 17, 16, 15]),
+        (Window::Chunks(2), [0, 11, 10, 9, 1, 2, 14, 13, 12, 18, 19, 8, 7, 6, 4, 3, 5, 16, 17, 15]),
+        (Window::Samples(4), [9, 10, 11, 0, 1, 2, 12, 13, 14, 19, 18, 7, 8, 6, 3, 5, 4, 17, 16, 15]),
     ];
     for (window, want) in cases {
         let mut r = BlockRandomizer::new(worked_example(), window, 0).unwrap();
-        r.start_epoch(&EpochConfig {
-            epoch_size: REQUEST_DATA_SIZE,
-            ..EpochConfig::default()
-        })
-        .unwrap();
+        r.start_epoch(&EpochConfig { epoch_size: REQUEST_DATA_SIZE, ..EpochConfig::default() }).unwrap();
         let mb = r.get_next(u64::MAX, u64::MAX).unwrap();
         assert_eq!(keys(&mb), want, "{window:?}");
         assert!(mb.end_of_sweep && mb.end_of_epoch);
@@ -296,22 +245,10 @@ fn worked_example_minibatches_of_5() {
 fn second_sweep_equals_first_sweep_of_next_seed() {
     // READER.md §3.1: a source with seed 0 produces in its second sweep what seed 1 produces in its first.
     let mut a = BlockRandomizer::new(worked_example(), Window::Chunks(2), 0).unwrap();
-    a.start_epoch(&EpochConfig {
-        epoch_size: REQUEST_DATA_SIZE,
-        epoch_index: 1,
-        ..EpochConfig::default()
-    })
-    .unwrap();
+    a.start_epoch(&EpochConfig { epoch_size: REQUEST_DATA_SIZE, epoch_index: 1, ..EpochConfig::default() }).unwrap();
     let mut b = BlockRandomizer::new(worked_example(), Window::Chunks(2), 1).unwrap();
-    b.start_epoch(&EpochConfig {
-        epoch_size: REQUEST_DATA_SIZE,
-        ..EpochConfig::default()
-    })
-    .unwrap();
-    assert_eq!(
-        keys(&a.get_next(u64::MAX, u64::MAX).unwrap()),
-        keys(&b.get_next(u64::MAX, u64::MAX).unwrap())
-    );
+    b.start_epoch(&EpochConfig { epoch_size: REQUEST_DATA_SIZE, ..EpochConfig::default() }).unwrap();
+    assert_eq!(keys(&a.get_next(u64::MAX, u64::MAX).unwrap()), keys(&b.get_next(u64::MAX, u64::MAX).unwrap()));
 }
 
 #[test]
@@ -335,27 +272,16 @@ fn sweep_end_flags_and_max_samples() {
                 (mb.picks.len(), mb.end_of_sweep)
             })
             .collect();
-        assert_eq!(
-            got,
-            [(5, true), (5, true), (2, true), (0, true)],
-            "max_sweeps=3, randomize={randomize}"
-        );
+        assert_eq!(got, [(5, true), (5, true), (2, true), (0, true)], "max_sweeps=3, randomize={randomize}");
 
-        let mut e = make(&EpochConfig {
-            epoch_size: 11,
-            ..v2(1, 0, None)
-        });
+        let mut e = make(&EpochConfig { epoch_size: 11, ..v2(1, 0, None) });
         let got: Vec<(usize, bool, bool)> = (0..3)
             .map(|_| {
                 let mb = e.get_next(u64::MAX, 5).unwrap();
                 (mb.picks.len(), mb.end_of_sweep, mb.end_of_epoch)
             })
             .collect();
-        assert_eq!(
-            got,
-            [(5, true, false), (5, true, false), (1, false, true)],
-            "max_samples=11"
-        );
+        assert_eq!(got, [(5, true, false), (5, true, false), (1, false, true)], "max_samples=11");
     }
 }
 
@@ -364,18 +290,12 @@ fn twelve() -> Synthetic {
     Synthetic::counting(&[2, 2, 2, 2, 2, 1, 1])
 }
 
-fn per_rank(
-    mk: impl Fn() -> Box<dyn SequenceEnumerator>,
-    workers: u32,
-    mb: u64,
-) -> Vec<Vec<Vec<u64>>> {
+fn per_rank(mk: impl Fn() -> Box<dyn SequenceEnumerator>, workers: u32, mb: u64) -> Vec<Vec<Vec<u64>>> {
     (0..workers)
         .map(|r| {
             let mut e = mk();
             e.start_epoch(&v2(workers, r, Some(1))).unwrap();
-            let local = (mb / u64::from(workers)
-                + u64::from(mb % u64::from(workers) > u64::from(r)))
-            .max(1);
+            let local = (mb / u64::from(workers) + u64::from(mb % u64::from(workers) > u64::from(r))).max(1);
             drain(&mut *e, local).iter().map(keys).collect()
         })
         .collect()
@@ -384,38 +304,16 @@ fn per_rank(
 #[test]
 fn distributed_example() {
     let got = per_rank(|| Box::new(NoRandomizer::new(twelve()).unwrap()), 2, 4);
-    assert_eq!(
-        got,
-        [
-            vec![vec![0, 2], vec![4, 6], vec![8, 10]],
-            vec![vec![1, 3], vec![5, 7], vec![9, 11]]
-        ]
-    );
-    let got = per_rank(
-        || Box::new(BlockRandomizer::new(twelve(), Window::Chunks(1), 0).unwrap()),
-        2,
-        4,
-    );
-    assert_eq!(
-        got,
-        [
-            vec![vec![6, 7], vec![9, 8], vec![5, 4], vec![10]],
-            vec![vec![0, 1], vec![11, 3], vec![2]],
-        ]
-    );
+    assert_eq!(got, [vec![vec![0, 2], vec![4, 6], vec![8, 10]], vec![vec![1, 3], vec![5, 7], vec![9, 11]]]);
+    let got = per_rank(|| Box::new(BlockRandomizer::new(twelve(), Window::Chunks(1), 0).unwrap()), 2, 4);
+    assert_eq!(got, [vec![vec![6, 7], vec![9, 8], vec![5, 4], vec![10]], vec![vec![0, 1], vec![11, 3], vec![2]],]);
 }
 
 #[test]
 fn rank_without_chunks_gets_nothing() {
     // CNTKTextFormatReaderNoFirstMinibatchData: 1 chunk, rank 1 of 2.
     let mut r = BlockRandomizer::new(Synthetic::counting(&[2]), Window::default(), 0).unwrap();
-    r.start_epoch(&EpochConfig {
-        epoch_size: 10,
-        workers: 2,
-        rank: 1,
-        ..EpochConfig::default()
-    })
-    .unwrap();
+    r.start_epoch(&EpochConfig { epoch_size: 10, workers: 2, rank: 1, ..EpochConfig::default() }).unwrap();
     assert_eq!(r.get_state(), 10);
     let mb = r.get_next(1, 1).unwrap();
     assert!(mb.picks.is_empty() && mb.end_of_epoch);
@@ -440,18 +338,10 @@ fn restore_example_and_seek_quirk() {
     let mut full = BlockRandomizer::new(twelve(), Window::Chunks(1), 1).unwrap();
     full.start_epoch(&cfg).unwrap();
     let all: Vec<Vec<u64>> = drain(&mut full, 3).iter().map(keys).collect();
-    assert_eq!(
-        all,
-        [vec![7, 6, 1], vec![0, 2, 3], vec![10, 8, 9], vec![5, 4, 11]]
-    );
+    assert_eq!(all, [vec![7, 6, 1], vec![0, 2, 3], vec![10, 8, 9], vec![5, 4, 11]]);
 
-    for (quirk, want) in [
-        (true, vec![vec![10, 9, 8], vec![5, 4, 11]]),
-        (false, vec![vec![10, 8, 9], vec![5, 4, 11]]),
-    ] {
-        let mut r = BlockRandomizer::new(twelve(), Window::Chunks(1), 1)
-            .unwrap()
-            .with_cntk_seek_quirk(quirk);
+    for (quirk, want) in [(true, vec![vec![10, 9, 8], vec![5, 4, 11]]), (false, vec![vec![10, 8, 9], vec![5, 4, 11]])] {
+        let mut r = BlockRandomizer::new(twelve(), Window::Chunks(1), 1).unwrap().with_cntk_seek_quirk(quirk);
         restore(&mut r, 6, &cfg);
         assert_eq!(r.get_state(), 6);
         let got: Vec<Vec<u64>> = drain(&mut r, 3).iter().map(keys).collect();
@@ -463,44 +353,23 @@ fn restore_example_and_seek_quirk() {
 fn bad_arguments_are_errors() {
     let empty = Synthetic::counting(&[]);
     assert!(matches!(
-        BlockRandomizer::new(empty.clone(), Window::default(), 0)
-            .unwrap_err()
-            .kind(),
+        BlockRandomizer::new(empty.clone(), Window::default(), 0).unwrap_err().kind(),
         ErrorKind::Config(_)
     ));
-    assert!(matches!(
-        NoRandomizer::new(empty).unwrap_err().kind(),
-        ErrorKind::Config(_)
-    ));
+    assert!(matches!(NoRandomizer::new(empty).unwrap_err().kind(), ErrorKind::Config(_)));
     let zero = Synthetic::new(vec![vec![0, 0]], 0, 1);
     assert!(BlockRandomizer::new(zero.clone(), Window::default(), 0).is_err());
     assert!(NoRandomizer::new(zero).is_err());
-    let no_seqs = Synthetic {
-        infos: vec![ChunkInfo {
-            num_samples: 5,
-            num_sequences: 0,
-        }],
-        ..Synthetic::counting(&[0])
-    };
+    let no_seqs =
+        Synthetic { infos: vec![ChunkInfo { num_samples: 5, num_sequences: 0 }], ..Synthetic::counting(&[0]) };
     assert!(NoRandomizer::new(no_seqs).is_err());
 
     let mut b = BlockRandomizer::new(twelve(), Window::default(), 0).unwrap();
     let mut n = NoRandomizer::new(twelve()).unwrap();
     for e in [&mut b as &mut dyn SequenceEnumerator, &mut n] {
-        let err = e
-            .start_epoch(&EpochConfig {
-                workers: 0,
-                ..EpochConfig::default()
-            })
-            .unwrap_err();
+        let err = e.start_epoch(&EpochConfig { workers: 0, ..EpochConfig::default() }).unwrap_err();
         assert!(matches!(err.kind(), ErrorKind::Config(_)));
-        let err = e
-            .start_epoch(&EpochConfig {
-                workers: 2,
-                rank: 2,
-                ..EpochConfig::default()
-            })
-            .unwrap_err();
+        let err = e.start_epoch(&EpochConfig { workers: 2, rank: 2, ..EpochConfig::default() }).unwrap_err();
         assert!(matches!(err.kind(), ErrorKind::Config(_)));
     }
 
@@ -541,11 +410,7 @@ fn replay_case(case: &Value) -> usize {
     let mut checked = 0;
     for (ri, run) in case["runs"].as_array().unwrap().iter().enumerate() {
         let mut e: Box<dyn SequenceEnumerator> = if randomize {
-            Box::new(
-                BlockRandomizer::new(&src, window, seed)
-                    .unwrap()
-                    .with_cntk_seek_quirk(quirk),
-            )
+            Box::new(BlockRandomizer::new(&src, window, seed).unwrap().with_cntk_seek_quirk(quirk))
         } else {
             Box::new(NoRandomizer::new(&src).unwrap())
         };
@@ -573,21 +438,10 @@ fn replay_case(case: &Value) -> usize {
                     for p in &mb.picks {
                         let g = src.global_index(p);
                         assert_eq!(p.key, src.key(g), "{at}: key");
-                        assert_eq!(
-                            p.num_samples, src.lens[p.chunk as usize][p.index as usize],
-                            "{at}: length"
-                        );
+                        assert_eq!(p.num_samples, src.lens[p.chunk as usize][p.index as usize], "{at}: length");
                     }
-                    assert_eq!(
-                        mb.end_of_sweep,
-                        op[4].as_bool().unwrap(),
-                        "{at}: end_of_sweep"
-                    );
-                    assert_eq!(
-                        mb.end_of_epoch,
-                        op[5].as_bool().unwrap(),
-                        "{at}: end_of_epoch"
-                    );
+                    assert_eq!(mb.end_of_sweep, op[4].as_bool().unwrap(), "{at}: end_of_sweep");
+                    assert_eq!(mb.end_of_epoch, op[5].as_bool().unwrap(), "{at}: end_of_epoch");
                     assert_eq!(e.get_state(), u(&op[6]), "{at}: state");
                 }
                 "set" => {
@@ -624,10 +478,7 @@ fn structure() -> impl Strategy<Value = Vec<Vec<u32>>> {
 }
 
 fn window() -> impl Strategy<Value = Window> {
-    prop_oneof![
-        (0u64..=12).prop_map(Window::Chunks),
-        (0u64..=400).prop_map(Window::Samples)
-    ]
+    prop_oneof![(0u64..=12).prop_map(Window::Chunks), (0u64..=400).prop_map(Window::Samples)]
 }
 
 proptest! {

@@ -208,7 +208,10 @@ impl SequenceAssembler {
                 }
                 d.len_bytes = len as u32;
                 d.num_samples = u32::try_from(count).map_err(|_| {
-                    Error::at(ErrorKind::Limit { what: "rows in one sequence".into(), value: count, limit: u32::MAX.into() }, d.offset)
+                    Error::at(
+                        ErrorKind::Limit { what: "rows in one sequence".into(), value: count, limit: u32::MAX.into() },
+                        d.offset,
+                    )
                 })?;
                 out.push((d, line));
             }
@@ -312,7 +315,11 @@ impl Chunker {
             done = self.cur.take();
             if self.next_index >= u64::from(u32::MAX) - 1 {
                 return Err(Error::at(
-                    ErrorKind::Limit { what: "number of chunks".into(), value: self.next_index + 1, limit: u64::from(u32::MAX) - 1 },
+                    ErrorKind::Limit {
+                        what: "number of chunks".into(),
+                        value: self.next_index + 1,
+                        limit: u64::from(u32::MAX) - 1,
+                    },
                     seq.offset,
                 ));
             }
@@ -329,7 +336,11 @@ impl Chunker {
         let c = self.cur.as_mut().expect("a current chunk");
         if seq.offset - c.offset >= 1 << 32 || c.sequences.len() >= u32::MAX as usize {
             return Err(Error::at(
-                ErrorKind::Limit { what: "offset of a sequence inside its chunk".into(), value: seq.offset - c.offset, limit: 1 << 32 },
+                ErrorKind::Limit {
+                    what: "offset of a sequence inside its chunk".into(),
+                    value: seq.offset - c.offset,
+                    limit: 1 << 32,
+                },
                 seq.offset,
             ));
         }
@@ -401,7 +412,15 @@ mod tests {
         let c = index_bytes(data.as_bytes(), false, None, 64).unwrap();
         assert_eq!(
             keys(&c),
-            vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8], vec![9, 10, 11], vec![12, 13, 14], vec![15, 16, 17], vec![18, 19]]
+            vec![
+                vec![0, 1, 2],
+                vec![3, 4, 5],
+                vec![6, 7, 8],
+                vec![9, 10, 11],
+                vec![12, 13, 14],
+                vec![15, 16, 17],
+                vec![18, 19]
+            ]
         );
         let spans: Vec<(u64, u64)> = c.iter().map(|c| (c.offset, c.end())).collect();
         assert_eq!(spans, vec![(0, 50), (50, 101), (101, 152), (152, 209), (209, 269), (269, 329), (329, 369)]);

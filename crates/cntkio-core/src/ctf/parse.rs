@@ -223,7 +223,9 @@ impl CtfParser {
                 } else if c == b' ' || is_non_printable(c) {
                     p += 1;
                 } else {
-                    sink.error(Error::at(ErrorKind::ExpectedNamePrefix { found: c }, base + p as u64).with_sequence(seq.key))?;
+                    sink.error(
+                        Error::at(ErrorKind::ExpectedNamePrefix { found: c }, base + p as u64).with_sequence(seq.key),
+                    )?;
                     p = skip_to_next(s, p);
                 }
             }
@@ -242,15 +244,12 @@ impl CtfParser {
         st: &mut SeqState,
         sink: &mut dyn ErrorSink,
     ) -> Result<(), Error> {
-        let empty: Vec<String> = self
-            .streams
-            .iter()
-            .zip(&st.counts)
-            .filter(|(_, &c)| c == 0)
-            .map(|(s, _)| s.name.clone())
-            .collect();
+        let empty: Vec<String> =
+            self.streams.iter().zip(&st.counts).filter(|(_, &c)| c == 0).map(|(s, _)| s.name.clone()).collect();
         if !empty.is_empty() {
-            sink.fatal(Error::at(ErrorKind::EmptyStream { sequence: seq.key, streams: empty }, base).with_sequence(seq.key))?;
+            sink.fatal(
+                Error::at(ErrorKind::EmptyStream { sequence: seq.key, streams: empty }, base).with_sequence(seq.key),
+            )?;
             // The sink chose to drop the sequence: undo what was read of it.
             for (i, d) in out.streams.iter_mut().enumerate() {
                 d.values.truncate(st.value_start[i]);
@@ -329,7 +328,10 @@ impl CtfParser {
         let name = &s[ns..p];
         if name.len() > self.max_alias_len {
             if sink.wants_warnings() {
-                sink.warning(WarningKind::UnknownInput { name: String::from_utf8_lossy(name).into_owned() }, base + ns as u64);
+                sink.warning(
+                    WarningKind::UnknownInput { name: String::from_utf8_lossy(name).into_owned() },
+                    base + ns as u64,
+                );
             }
             return Ok(Sample::Skip(p));
         }
@@ -345,7 +347,10 @@ impl CtfParser {
             Some(i) => i,
             None => {
                 if sink.wants_warnings() {
-                    sink.warning(WarningKind::UnknownInput { name: String::from_utf8_lossy(name).into_owned() }, base + ns as u64);
+                    sink.warning(
+                        WarningKind::UnknownInput { name: String::from_utf8_lossy(name).into_owned() },
+                        base + ns as u64,
+                    );
                 }
                 return Ok(Sample::Skip(p));
             }

@@ -72,11 +72,7 @@ impl Pos {
 
     /// The position `n` bytes further on the same line.
     pub fn offset(self, n: usize) -> Pos {
-        Pos {
-            byte: self.byte + n,
-            column: self.column + n as u32,
-            ..self
-        }
+        Pos { byte: self.byte + n, column: self.column + n as u32, ..self }
     }
 }
 
@@ -195,19 +191,12 @@ pub struct Block {
 
 impl Block {
     fn new(pos: Pos) -> Block {
-        Block {
-            entries: Vec::new(),
-            items: Vec::new(),
-            problems: Vec::new(),
-            pos,
-        }
+        Block { entries: Vec::new(), items: Vec::new(), problems: Vec::new(), pos }
     }
 
     /// The entry with this key (case-insensitive).
     pub fn get(&self, key: &str) -> Option<&Entry> {
-        self.entries
-            .iter()
-            .find(|e| e.key.eq_ignore_ascii_case(key))
+        self.entries.iter().find(|e| e.key.eq_ignore_ascii_case(key))
     }
 
     /// True if this block (not an enclosing one) has the key.
@@ -219,18 +208,11 @@ impl Block {
     /// block, anything else replaces the earlier value (the position of the first definition is kept for
     /// the order of entries).
     pub fn insert(&mut self, entry: Entry) {
-        let Some(old) = self
-            .entries
-            .iter_mut()
-            .find(|e| e.key.eq_ignore_ascii_case(&entry.key))
-        else {
+        let Some(old) = self.entries.iter_mut().find(|e| e.key.eq_ignore_ascii_case(&entry.key)) else {
             self.entries.push(entry);
             return;
         };
-        let both_blocks = matches!(
-            (&old.value, &entry.value),
-            (Value::Block(_), Value::Block(_))
-        );
+        let both_blocks = matches!((&old.value, &entry.value), (Value::Block(_), Value::Block(_)));
         if both_blocks {
             if let (Value::Block(a), Value::Block(b)) = (&mut old.value, entry.value) {
                 a.merge(b);
@@ -268,20 +250,9 @@ pub fn parse(text: &str) -> Result<Block, Error> {
 /// Parses config text whose positions are reported as coming from `origin`.
 pub fn parse_origin(text: &str, origin: Origin) -> Result<Block, Error> {
     let mut line_starts = vec![0];
-    line_starts.extend(
-        text.bytes()
-            .enumerate()
-            .filter(|&(_, b)| b == b'\n')
-            .map(|(i, _)| i + 1),
-    );
+    line_starts.extend(text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i + 1));
     let start = if text.starts_with('\u{feff}') { 3 } else { 0 };
-    let mut p = Parser {
-        s: text.as_bytes(),
-        text,
-        i: start,
-        origin,
-        line_starts,
-    };
+    let mut p = Parser { s: text.as_bytes(), text, i: start, origin, line_starts };
     let mut root = p.block_body(None)?;
     root.pos = p.pos_at(0);
     Ok(root)
@@ -290,12 +261,8 @@ pub fn parse_origin(text: &str, origin: Origin) -> Result<Block, Error> {
 /// Splits a command-line argument `name=value` (CNTK's extra config arguments, e.g. `defMBSize=true`).
 pub fn split_override(arg: &str) -> Result<(String, String), Error> {
     match arg.split_once('=') {
-        Some((name, value)) if !name.trim().is_empty() => {
-            Ok((name.trim().to_string(), value.trim().to_string()))
-        }
-        _ => Err(Error::config(format!(
-            "config override {arg:?} must have the form name=value"
-        ))),
+        Some((name, value)) if !name.trim().is_empty() => Ok((name.trim().to_string(), value.trim().to_string())),
+        _ => Err(Error::config(format!("config override {arg:?} must have the form name=value"))),
     }
 }
 
@@ -308,14 +275,10 @@ pub fn apply_overrides(root: &mut Block, overrides: &[(String, String)]) -> Resu
         let text = format!("{name}={value}");
         let block = parse_origin(&text, Origin::Override(i))?;
         if let Some(p) = block.first_problem() {
-            return Err(p
-                .pos
-                .error(format!("in the override {text:?}: {}", p.message)));
+            return Err(p.pos.error(format!("in the override {text:?}: {}", p.message)));
         }
         if block.entries.is_empty() {
-            return Err(Origin::Override(i)
-                .start()
-                .error(format!("the override {text:?} defines nothing")));
+            return Err(Origin::Override(i).start().error(format!("the override {text:?} defines nothing")));
         }
         root.merge(block);
     }
@@ -324,12 +287,7 @@ pub fn apply_overrides(root: &mut Block, overrides: &[(String, String)]) -> Resu
 
 impl Origin {
     fn start(self) -> Pos {
-        Pos {
-            origin: self,
-            byte: 0,
-            line: 1,
-            column: 1,
-        }
+        Pos { origin: self, byte: 0, line: 1, column: 1 }
     }
 }
 
@@ -352,20 +310,7 @@ fn closing(open: u8) -> u8 {
 fn is_key_end(c: u8) -> bool {
     matches!(
         c,
-        b' ' | b'\t'
-            | b'\r'
-            | b'\n'
-            | b'='
-            | b'['
-            | b'{'
-            | b'('
-            | b']'
-            | b'}'
-            | b')'
-            | b'"'
-            | b'\''
-            | b';'
-            | b','
+        b' ' | b'\t' | b'\r' | b'\n' | b'=' | b'[' | b'{' | b'(' | b']' | b'}' | b')' | b'"' | b'\'' | b';' | b','
     )
 }
 
@@ -383,12 +328,7 @@ impl Parser<'_> {
             Ok(l) => l,
             Err(l) => l - 1,
         };
-        Pos {
-            origin: self.origin,
-            byte,
-            line: line as u32 + 1,
-            column: (byte - self.line_starts[line]) as u32 + 1,
-        }
+        Pos { origin: self.origin, byte, line: line as u32 + 1, column: (byte - self.line_starts[line]) as u32 + 1 }
     }
 
     fn peek(&self) -> Option<u8> {
@@ -399,11 +339,7 @@ impl Parser<'_> {
     /// `#` begins the line or follows a space or tab).
     fn comment_at(&self, j: usize) -> bool {
         self.s.get(j) == Some(&b'#')
-            && (j == 0
-                || matches!(
-                    self.s[j - 1],
-                    b' ' | b'\t' | b'\r' | b'\n' | b'[' | b'{' | b'(' | b';' | b','
-                ))
+            && (j == 0 || matches!(self.s[j - 1], b' ' | b'\t' | b'\r' | b'\n' | b'[' | b'{' | b'(' | b';' | b','))
     }
 
     /// A quote opens a string only where a token starts, so that `it's` or `5"` stay plain text.
@@ -469,10 +405,7 @@ impl Parser<'_> {
                 self.pos_at(at),
                 closing(o) as char
             )),
-            None => here.error(format!(
-                "unexpected '{}': no block is open here",
-                found as char
-            )),
+            None => here.error(format!("unexpected '{}': no block is open here", found as char)),
         }
     }
 
@@ -512,10 +445,7 @@ impl Parser<'_> {
         let key_pos = self.pos_at(start);
         if key.is_empty() {
             let found = self.s[start] as char;
-            block.problems.push(Problem {
-                pos: key_pos,
-                message: format!("expected a name before '{found}'"),
-            });
+            block.problems.push(Problem { pos: key_pos, message: format!("expected a name before '{found}'") });
             self.skip_record(Ctx::Block)?;
             if self.i == start {
                 self.i += 1;
@@ -528,10 +458,7 @@ impl Parser<'_> {
                 self.i += 1;
                 self.skip_spaces();
                 if self.record_end_at(Ctx::Block, self.i) && !self.block_on_next_line() {
-                    block.problems.push(Problem {
-                        pos: key_pos,
-                        message: format!("no value given for \"{key}\""),
-                    });
+                    block.problems.push(Problem { pos: key_pos, message: format!("no value given for \"{key}\"") });
                     return Ok(());
                 }
                 self.value(Ctx::Block, false)?
@@ -539,11 +466,7 @@ impl Parser<'_> {
             Some(b'[' | b'{' | b'(' | b'"' | b'\'') => self.value(Ctx::Block, false)?,
             _ if self.record_end_at(Ctx::Block, self.i) => {
                 // CNTK: a name alone is a boolean set to true.
-                Value::Scalar(Scalar {
-                    text: "true".into(),
-                    quoted: false,
-                    pos: key_pos,
-                })
+                Value::Scalar(Scalar { text: "true".into(), quoted: false, pos: key_pos })
             }
             Some(c) => {
                 let here = self.pos_at(self.i);
@@ -556,11 +479,7 @@ impl Parser<'_> {
             }
             None => unreachable!("the end of the input ends a record"),
         };
-        block.insert(Entry {
-            key: key.to_string(),
-            key_pos,
-            value,
-        });
+        block.insert(Entry { key: key.to_string(), key_pos, value });
         Ok(())
     }
 
@@ -592,11 +511,7 @@ impl Parser<'_> {
                 Value::Block(self.block_body(Some((open, start)))?)
             }
             b'(' => Value::Array(self.array()?),
-            b'"' | b'\'' if self.quote_at(start) => Value::Scalar(Scalar {
-                text: self.quoted()?,
-                quoted: true,
-                pos,
-            }),
+            b'"' | b'\'' if self.quote_at(start) => Value::Scalar(Scalar { text: self.quoted()?, quoted: true, pos }),
             _ => return self.bare(ctx, start, false),
         };
         self.skip_spaces();
@@ -622,18 +537,12 @@ impl Parser<'_> {
                 self.i += 1;
             }
         }
-        let text = self.text[start..self.i]
-            .trim_end_matches([' ', '\t'])
-            .to_string();
+        let text = self.text[start..self.i].trim_end_matches([' ', '\t']).to_string();
         let pos = self.pos_at(start);
         Ok(if structured {
             Value::Expr(Expr { text, pos })
         } else {
-            Value::Scalar(Scalar {
-                text,
-                quoted: false,
-                pos,
-            })
+            Value::Scalar(Scalar { text, quoted: false, pos })
         })
     }
 
@@ -685,10 +594,7 @@ impl Parser<'_> {
             }
             self.i += 1;
         }
-        Err(self.pos_at(at).error(format!(
-            "unterminated string: no closing {} on this line",
-            q as char
-        )))
+        Err(self.pos_at(at).error(format!("unterminated string: no closing {} on this line", q as char)))
     }
 
     fn array(&mut self) -> Result<Array, Error> {
@@ -724,9 +630,7 @@ fn whole_var(text: &str) -> Option<&str> {
     let inner = text.strip_prefix('$')?.strip_suffix('$')?;
     let first = *inner.as_bytes().first()?;
     let ok = (first.is_ascii_alphabetic() || first == b'_')
-        && inner
-            .bytes()
-            .all(|b| b != b'$' && !FORBIDDEN_IN_VAR.contains(&b));
+        && inner.bytes().all(|b| b != b'$' && !FORBIDDEN_IN_VAR.contains(&b));
     ok.then_some(inner)
 }
 
@@ -809,16 +713,9 @@ impl<'a> Scope<'a> {
 
     /// Finds `key` in the innermost block, then outward; returns the scope of the block that has it.
     pub fn lookup(&self, key: &str) -> Option<(Scope<'a>, &'a Entry)> {
-        (0..self.chain.len()).rev().find_map(|d| {
-            self.chain[d].get(key).map(|e| {
-                (
-                    Scope {
-                        chain: self.chain[..=d].to_vec(),
-                    },
-                    e,
-                )
-            })
-        })
+        (0..self.chain.len())
+            .rev()
+            .find_map(|d| self.chain[d].get(key).map(|e| (Scope { chain: self.chain[..=d].to_vec() }, e)))
     }
 
     /// Resolves the `$name$` references of a value written in this scope's innermost block.
@@ -836,10 +733,7 @@ impl<'a> Scope<'a> {
                         other => other,
                     }
                 }
-                None => Resolved::Text {
-                    text: self.substitute(s, depth)?,
-                    pos: s.pos,
-                },
+                None => Resolved::Text { text: self.substitute(s, depth)?, pos: s.pos },
             },
             Value::Block(b) => Resolved::Block(b),
             Value::Array(a) => Resolved::Array(a),
@@ -867,15 +761,9 @@ impl<'a> Scope<'a> {
         let mut out = String::new();
         let mut last = 0;
         let mut i = 0;
-        while let Some(off) = b
-            .get(i..)
-            .and_then(|rest| rest.iter().position(|&c| c == b'$'))
-        {
+        while let Some(off) = b.get(i..).and_then(|rest| rest.iter().position(|&c| c == b'$')) {
             let start = i + off;
-            if !b
-                .get(start + 1)
-                .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
-            {
+            if !b.get(start + 1).is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_') {
                 i = start + 2; // CNTK skips the character after a `$` that cannot start a name
                 continue;
             }
@@ -895,10 +783,9 @@ impl<'a> Scope<'a> {
                     out.push_str(&value);
                 }
                 other => {
-                    return Err(at.error(format!(
-                        "variable ${name}$ is {} and cannot be used inside text",
-                        other.describe()
-                    )))
+                    return Err(
+                        at.error(format!("variable ${name}$ is {} and cannot be used inside text", other.describe()))
+                    )
                 }
             }
             last = j + 1;
@@ -929,9 +816,7 @@ mod tests {
 
     #[test]
     fn records_separators_and_comments() {
-        let b =
-            parse("# a comment\na = 1; b = two # trailing\nc=x#y\n  d = \"q\" ; e\nf = 1, g = 2\n")
-                .unwrap();
+        let b = parse("# a comment\na = 1; b = two # trailing\nc=x#y\n  d = \"q\" ; e\nf = 1, g = 2\n").unwrap();
         assert_eq!(scalar(&b, "a"), "1");
         assert_eq!(scalar(&b, "B"), "two");
         assert_eq!(scalar(&b, "c"), "x#y");
@@ -966,32 +851,14 @@ mod tests {
 
     #[test]
     fn arrays() {
-        let b = parse(
-            "d = (\n [ t = 1 ]\n :\n [ t = 2 ] : [t=3]\n)\nw = (a:b , c)\ns = 1:2:3\nk [ z = 1 ]\n",
-        )
-        .unwrap();
-        let Value::Array(a) = &b.get("d").unwrap().value else {
-            panic!()
-        };
+        let b = parse("d = (\n [ t = 1 ]\n :\n [ t = 2 ] : [t=3]\n)\nw = (a:b , c)\ns = 1:2:3\nk [ z = 1 ]\n").unwrap();
+        let Value::Array(a) = &b.get("d").unwrap().value else { panic!() };
         assert_eq!(a.items.len(), 3);
-        let Value::Block(x) = &a.items[2] else {
-            panic!()
-        };
+        let Value::Block(x) = &a.items[2] else { panic!() };
         assert_eq!(scalar(x, "t"), "3");
-        let Value::Array(w) = &b.get("w").unwrap().value else {
-            panic!()
-        };
-        let texts: Vec<_> = w
-            .items
-            .iter()
-            .map(|v| {
-                if let Value::Scalar(s) = v {
-                    s.text.as_str()
-                } else {
-                    "?"
-                }
-            })
-            .collect();
+        let Value::Array(w) = &b.get("w").unwrap().value else { panic!() };
+        let texts: Vec<_> =
+            w.items.iter().map(|v| if let Value::Scalar(s) = v { s.text.as_str() } else { "?" }).collect();
         assert_eq!(texts, ["a", "b", "c"]);
         assert_eq!(scalar(&b, "s"), "1:2:3");
         assert_eq!(scalar(block(&b, "k"), "z"), "1");
@@ -1026,11 +893,7 @@ mod tests {
         assert_eq!((e.position().line, e.position().column), (Some(2), Some(5)));
         assert!(e.to_string().contains("unterminated '['"), "{e}");
         let e = parse("a = [ b = (1 ] ]").unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("found ']' but the '(' opened at 1:11"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("found ']' but the '(' opened at 1:11"), "{e}");
         let e = parse("x = \"abc\ny = 1").unwrap_err();
         assert!(e.to_string().contains("unterminated string"), "{e}");
         let e = parse("x = 1 ]").unwrap_err();
@@ -1071,10 +934,7 @@ mod tests {
         let b = parse("a = $a$\nb = x$nope$y\nc = [ k = 1 ]\nd = \"$c$/x\"\ne = $c$\n").unwrap();
         let scope = Scope::new(&b);
         let get = |k: &str| scope.resolve(&b.get(k).unwrap().value);
-        assert!(get("a")
-            .unwrap_err()
-            .to_string()
-            .contains("in terms of itself"));
+        assert!(get("a").unwrap_err().to_string().contains("in terms of itself"));
         let e = get("b").unwrap_err();
         assert!(e.to_string().contains("undefined variable $nope$"), "{e}");
         assert_eq!((e.position().line, e.position().column), (Some(2), Some(6)));
@@ -1087,19 +947,9 @@ mod tests {
         let mut b = parse("a = 1\n").unwrap();
         let e = apply_overrides(&mut b, &[("x".into(), "[ y = ".into())]).unwrap_err();
         assert_eq!(e.position().path.as_deref(), Some("<override 1>"));
-        assert_eq!(
-            split_override("defMBSize=true").unwrap(),
-            ("defMBSize".into(), "true".into())
-        );
+        assert_eq!(split_override("defMBSize=true").unwrap(), ("defMBSize".into(), "true".into()));
         assert!(split_override("nothing").is_err());
-        apply_overrides(
-            &mut b,
-            &[
-                ("t".into(), "[r=[q=1]]".into()),
-                ("t".into(), "[r=[z=2]]".into()),
-            ],
-        )
-        .unwrap();
+        apply_overrides(&mut b, &[("t".into(), "[r=[q=1]]".into()), ("t".into(), "[r=[z=2]]".into())]).unwrap();
         let r = block(block(&b, "t"), "r");
         assert_eq!((scalar(r, "q"), scalar(r, "z")), ("1", "2"));
     }

@@ -40,7 +40,6 @@ pub mod brainscript;
 mod reader;
 
 pub use reader::{
-    extract_reader, load_reader_config, load_reader_config_file, parse_config, reader_sections,
-    ConfigWarning, DeserializerConfig, Randomization, ReaderConfig, ReaderKind,
-    DEFAULT_CBF_WINDOW_CHUNKS, RANDOMIZE_AUTO,
+    extract_reader, load_reader_config, load_reader_config_file, parse_config, reader_sections, ConfigWarning,
+    DeserializerConfig, Randomization, ReaderConfig, ReaderKind, DEFAULT_CBF_WINDOW_CHUNKS, RANDOMIZE_AUTO,
 };

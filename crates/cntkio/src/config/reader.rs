@@ -187,15 +187,13 @@ pub fn load_reader_config_file(
 ) -> Result<ReaderConfig, Error> {
     let path = path.as_ref();
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::io(format!("cannot read config file {shown}"), e))?;
+    let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read config file {shown}"), e))?;
     let text = String::from_utf8_lossy(&bytes);
     let base = match data_dir {
         Some(d) => d.to_path_buf(),
         None => path.parent().map(Path::to_path_buf).unwrap_or_default(),
     };
-    let result =
-        parse_config(&text, overrides).and_then(|root| extract_reader(&root, section, Some(&base)));
+    let result = parse_config(&text, overrides).and_then(|root| extract_reader(&root, section, Some(&base)));
     match result {
         Ok(mut config) => {
             for w in &mut config.warnings {
@@ -215,52 +213,33 @@ pub fn load_reader_config_file(
 pub fn reader_sections(root: &Block) -> Vec<String> {
     root.entries
         .iter()
-        .filter(|e| {
-            e.key.eq_ignore_ascii_case("reader")
-                || matches!(&e.value, Value::Block(b) if b.contains("reader"))
-        })
+        .filter(|e| e.key.eq_ignore_ascii_case("reader") || matches!(&e.value, Value::Block(b) if b.contains("reader")))
         .map(|e| e.key.clone())
         .collect()
 }
 
 /// Extracts the reader section from a parsed config (see [`load_reader_config`]), resolving relative
 /// data-file paths against `data_dir` if given.
-pub fn extract_reader(
-    root: &Block,
-    section: Option<&str>,
-    data_dir: Option<&Path>,
-) -> Result<ReaderConfig, Error> {
+pub fn extract_reader(root: &Block, section: Option<&str>, data_dir: Option<&Path>) -> Result<ReaderConfig, Error> {
     let (name, scope) = find_reader(root, section)?;
     let reader = scope.block();
     if let Some(p) = reader.first_problem() {
         return Err(p.pos.error(format!("{name}: {}", p.message)));
     }
-    let mut x = Extractor {
-        data_dir,
-        warnings: Vec::new(),
-    };
+    let mut x = Extractor { data_dir, warnings: Vec::new() };
     for b in &scope.blocks()[..scope.blocks().len() - 1] {
         for p in &b.problems {
-            x.warn(
-                p.pos,
-                format!("{} (outside the reader section; ignored)", p.message),
-            );
+            x.warn(p.pos, format!("{} (outside the reader section; ignored)", p.message));
         }
     }
-    let k = Keys {
-        scope: scope.clone(),
-        fallback: true,
-        path: name.clone(),
-    };
+    let k = Keys { scope: scope.clone(), fallback: true, path: name.clone() };
     x.reader(&k, reader)
 }
 
 // ---- finding the section -------------------------------------------------------------------------------
 
 fn is_reader_block(b: &Block) -> bool {
-    ["readerType", "deserializers", "file", "input"]
-        .iter()
-        .any(|k| b.contains(k))
+    ["readerType", "deserializers", "file", "input"].iter().any(|k| b.contains(k))
 }
 
 fn candidates_text(root: &Block) -> String {
@@ -278,9 +257,7 @@ fn find_reader<'a>(root: &'a Block, section: Option<&str>) -> Result<(String, Sc
         let c = reader_sections(root);
         return match c.len() {
             1 => find_reader(root, Some(&c[0])),
-            0 => Err(Error::config(
-                "no reader section found: the config has no block with a \"reader\" key",
-            )),
+            0 => Err(Error::config("no reader section found: the config has no block with a \"reader\" key")),
             _ => Err(Error::config(format!(
                 "the config has several reader sections ({}); choose one with --section",
                 c.join(", ")
@@ -297,15 +274,9 @@ fn find_reader<'a>(root: &'a Block, section: Option<&str>) -> Result<(String, Sc
     for (i, part) in path.iter().enumerate() {
         let Some(entry) = scope.block().get(part) else {
             return Err(if i == 0 {
-                Error::config(format!(
-                    "no section \"{section}\" in the config; {}",
-                    candidates_text(root)
-                ))
+                Error::config(format!("no section \"{section}\" in the config; {}", candidates_text(root)))
             } else {
-                scope
-                    .block()
-                    .pos
-                    .error(format!("no \"{part}\" in {}", shown.join(".")))
+                scope.block().pos.error(format!("no \"{part}\" in {}", shown.join(".")))
             });
         };
         shown.push(entry.key.clone());
@@ -341,11 +312,7 @@ fn find_reader<'a>(root: &'a Block, section: Option<&str>) -> Result<(String, Sc
     if is_reader_block(block) {
         return Ok((shown.join("."), scope));
     }
-    Err(block.pos.error(format!(
-        "section \"{}\" has no reader block; {}",
-        shown.join("."),
-        candidates_text(root)
-    )))
+    Err(block.pos.error(format!("section \"{}\" has no reader block; {}", shown.join("."), candidates_text(root))))
 }
 
 // ---- typed lookups -------------------------------------------------------------------------------------
@@ -426,11 +393,9 @@ impl<'a> Keys<'a> {
         match self.get(key)? {
             None => Ok(None),
             Some((Resolved::Text { text, pos }, written)) => Ok(Some((text, pos, written))),
-            Some((other, written)) => Err(self.err(
-                other.pos(),
-                written,
-                format_args!("expected a single value, found {}", other.describe()),
-            )),
+            Some((other, written)) => {
+                Err(self.err(other.pos(), written, format_args!("expected a single value, found {}", other.describe())))
+            }
         }
     }
 
@@ -458,11 +423,7 @@ impl<'a> Keys<'a> {
         };
         match parse_u64(&t) {
             Some(v) => Ok(Some((v, pos))),
-            None => Err(self.err(
-                pos,
-                key,
-                format_args!("expected a non-negative integer, found {t:?}"),
-            )),
+            None => Err(self.err(pos, key, format_args!("expected a non-negative integer, found {t:?}"))),
         }
     }
 
@@ -482,9 +443,7 @@ impl<'a> Keys<'a> {
 
     /// `traceLevel`: CNTK compares it with `>=`, so a negative level behaves as 0.
     fn trace_level(&self) -> Result<Option<u32>, Error> {
-        Ok(self
-            .i64("traceLevel")?
-            .map(|(v, _)| v.clamp(0, i64::from(u32::MAX)) as u32))
+        Ok(self.i64("traceLevel")?.map(|(v, _)| v.clamp(0, i64::from(u32::MAX)) as u32))
     }
 
     /// A block-valued key of this block (no fallback), with the scope to read it in.
@@ -495,31 +454,19 @@ impl<'a> Keys<'a> {
         match self.scope.resolve(&e.value)? {
             Resolved::Block(b) => Ok(Some((
                 e,
-                Keys {
-                    scope: self.scope.with(b),
-                    fallback: false,
-                    path: format!("{}.{}", self.path, e.key),
-                },
+                Keys { scope: self.scope.with(b), fallback: false, path: format!("{}.{}", self.path, e.key) },
             ))),
-            other => Err(self.err(
-                other.pos(),
-                &e.key,
-                format_args!("expected a block [ … ], found {}", other.describe()),
-            )),
+            other => {
+                Err(self.err(other.pos(), &e.key, format_args!("expected a block [ … ], found {}", other.describe())))
+            }
         }
     }
 }
 
 // ---- known keys, for warnings --------------------------------------------------------------------------
 
-const COMMON_READER_KEYS: &[&str] = &[
-    "readerType",
-    "precision",
-    "verbosity",
-    "prefetch",
-    "action",
-    "nbruttsineachrecurrentiter",
-];
+const COMMON_READER_KEYS: &[&str] =
+    &["readerType", "precision", "verbosity", "prefetch", "action", "nbruttsineachrecurrentiter"];
 const LEGACY_CTF_KEYS: &[&str] = &[
     "file",
     "input",
@@ -580,16 +527,8 @@ const CTF_DESERIALIZER_KEYS: &[&str] = &[
     "frameMode",
     "composable",
 ];
-const CBF_DESERIALIZER_KEYS: &[&str] = &[
-    "type",
-    "module",
-    "file",
-    "input",
-    "precision",
-    "traceLevel",
-    "keepDataInMemory",
-    "composable",
-];
+const CBF_DESERIALIZER_KEYS: &[&str] =
+    &["type", "module", "file", "input", "precision", "traceLevel", "keepDataInMemory", "composable"];
 const CTF_INPUT_KEYS: &[&str] = &["dim", "format", "alias", "definesMBSize"];
 const CBF_INPUT_KEYS: &[&str] = &["alias", "dim", "format", "definesMBSize"];
 
@@ -601,11 +540,7 @@ fn distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.iter().enumerate() {
         let mut cur = vec![i + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur.push(
-                (prev[j] + usize::from(ca != cb))
-                    .min(prev[j + 1] + 1)
-                    .min(cur[j] + 1),
-            );
+            cur.push((prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
         }
         prev = cur;
     }
@@ -621,10 +556,7 @@ struct Extractor<'p> {
 
 impl Extractor<'_> {
     fn warn(&mut self, pos: Pos, message: String) {
-        self.warnings.push(ConfigWarning {
-            message,
-            position: pos.position(),
-        });
+        self.warnings.push(ConfigWarning { message, position: pos.position() });
     }
 
     fn warn_unknown(&mut self, block: &Block, path: &str, known: &[&[&str]]) {
@@ -639,10 +571,7 @@ impl Extractor<'_> {
                 let best = all().map(|k| (distance(k, &e.key), k)).min();
                 match best {
                     Some((d, k)) if d <= 2 => {
-                        format!(
-                            "{path}: unknown key \"{}\" is ignored by CNTK; did you mean \"{k}\"?",
-                            e.key
-                        )
+                        format!("{path}: unknown key \"{}\" is ignored by CNTK; did you mean \"{k}\"?", e.key)
                     }
                     _ => format!("{path}: unknown key \"{}\" is ignored by CNTK", e.key),
                 }
@@ -738,16 +667,12 @@ impl Extractor<'_> {
 
         match kind {
             ReaderKind::LegacyCtf | ReaderKind::LegacyCbf => {
-                config.legacy_reader = Some(
-                    reader_type
-                        .map_or_else(|| "Cntk.Deserializers.TextFormat".to_string(), |(t, _)| t),
-                );
+                config.legacy_reader =
+                    Some(reader_type.map_or_else(|| "Cntk.Deserializers.TextFormat".to_string(), |(t, _)| t));
                 let (window_default, sample_based_default) = if kind == ReaderKind::LegacyCtf {
                     let frame_mode = k.bool_or("frameMode", false)?;
                     let d = self.ctf(k, precision, frame_mode, None)?;
-                    let DeserializerConfig::Ctf { options, .. } = &d else {
-                        unreachable!()
-                    };
+                    let DeserializerConfig::Ctf { options, .. } = &d else { unreachable!() };
                     config.frame_mode = frame_mode;
                     config.max_errors = options.max_errors;
                     config.keep_data_in_memory = options.keep_data_in_memory;
@@ -757,7 +682,13 @@ impl Extractor<'_> {
                     (chunks, false)
                 } else {
                     if let Some((true, pos)) = k.bool("frameMode")? {
-                        self.warn(pos, format!("{}.frameMode: the CNTKBinaryReader always packs whole sequences; frameMode is ignored", k.path));
+                        self.warn(
+                            pos,
+                            format!(
+                                "{}.frameMode: the CNTKBinaryReader always packs whole sequences; frameMode is ignored",
+                                k.path
+                            ),
+                        );
                     }
                     config.keep_data_in_memory = k.bool_or("keepDataInMemory", false)?;
                     let d = self.cbf(k, precision)?;
@@ -768,7 +699,13 @@ impl Extractor<'_> {
                 for key in ["truncated", "truncationLength"] {
                     if let Some((_, e)) = k.entry(key) {
                         if reader.contains(key) {
-                            self.warn(e.key_pos, format!("{}.{}: only the composite reader (deserializers = …) reads this; ignored", k.path, e.key));
+                            self.warn(
+                                e.key_pos,
+                                format!(
+                                    "{}.{}: only the composite reader (deserializers = …) reads this; ignored",
+                                    k.path, e.key
+                                ),
+                            );
                         }
                     }
                 }
@@ -793,20 +730,11 @@ impl Extractor<'_> {
         Ok(config)
     }
 
-    fn composite(
-        &mut self,
-        k: &Keys<'_>,
-        reader: &Block,
-        config: &mut ReaderConfig,
-    ) -> Result<(), Error> {
+    fn composite(&mut self, k: &Keys<'_>, reader: &Block, config: &mut ReaderConfig) -> Result<(), Error> {
         let frame_mode = k.bool("frameMode")?;
         let truncated = k.bool("truncated")?;
         if let (Some((true, _)), Some((true, pos))) = (frame_mode, truncated) {
-            return Err(k.err(
-                pos,
-                "truncated",
-                "frameMode and truncated BPTT are mutually exclusive",
-            ));
+            return Err(k.err(pos, "truncated", "frameMode and truncated BPTT are mutually exclusive"));
         }
         config.frame_mode = frame_mode.is_some_and(|(b, _)| b);
         if let Some((true, truncated_pos)) = truncated {
@@ -822,13 +750,7 @@ impl Extractor<'_> {
                 }
             }
         } else if let Some((_, pos)) = k.u64("truncationLength")? {
-            self.warn(
-                pos,
-                format!(
-                    "{}.truncationLength: ignored without truncated = true",
-                    k.path
-                ),
-            );
+            self.warn(pos, format!("{}.truncationLength: ignored without truncated = true", k.path));
         }
         config.right_splice = k.u64_or("rightSplice", 0)?;
         config.max_errors = k.u64_or("maxErrors", 0)?;
@@ -841,9 +763,7 @@ impl Extractor<'_> {
         // deserializer; otherwise each deserializer reads its own.
         let trace_override = k.trace_level()?;
 
-        let Some((scope, entry)) = k.entry("deserializers") else {
-            unreachable!("checked by the caller")
-        };
+        let Some((scope, entry)) = k.entry("deserializers") else { unreachable!("checked by the caller") };
         let items: Vec<&Value> = match scope.resolve(&entry.value)? {
             Resolved::Array(a) => a.items.iter().collect(),
             Resolved::Block(b) if b.entries.is_empty() => b.items.iter().collect(),
@@ -882,13 +802,12 @@ impl Extractor<'_> {
             }
             // CNTK passes array elements without a parent: a deserializer sees only its own keys, plus the
             // precision, frameMode and traceLevel the composite reader inserts.
-            let dk = Keys {
-                scope: scope.with(block),
-                fallback: false,
-                path,
-            };
+            let dk = Keys { scope: scope.with(block), fallback: false, path };
             let Some((ty, ty_pos)) = dk.text("type")? else {
-                return Err(block.pos.error(format!("{}: missing \"type\" (CNTKTextFormatDeserializer or CNTKBinaryFormatDeserializer)", dk.path)));
+                return Err(block.pos.error(format!(
+                    "{}: missing \"type\" (CNTKTextFormatDeserializer or CNTKBinaryFormatDeserializer)",
+                    dk.path
+                )));
             };
             if dk.text("module")?.is_none() {
                 return Err(block.pos.error(format!("{}: missing \"module\" (CNTK loads the deserializer from it, e.g. module = \"CNTKTextFormatReader\")", dk.path)));
@@ -897,10 +816,7 @@ impl Extractor<'_> {
                 if let Some(e) = block.get(key) {
                     self.warn(
                         e.key_pos,
-                        format!(
-                            "{}.{}: ignored; the composite reader sets it from the reader level",
-                            dk.path, e.key
-                        ),
+                        format!("{}.{}: ignored; the composite reader sets it from the reader level", dk.path, e.key),
                     );
                 }
             }
@@ -924,12 +840,10 @@ impl Extractor<'_> {
                         .into_iter()
                         .find(|n| n.eq_ignore_ascii_case(t))
                         .map(|n| format!(" (type names are case-sensitive: \"{n}\")"))
-                        .unwrap_or_else(|| " (cntkio supports CNTKTextFormatDeserializer and CNTKBinaryFormatDeserializer)".into());
-                    return Err(dk.err(
-                        ty_pos,
-                        "type",
-                        format_args!("unsupported deserializer type \"{t}\"{hint}"),
-                    ));
+                        .unwrap_or_else(|| {
+                            " (cntkio supports CNTKTextFormatDeserializer and CNTKBinaryFormatDeserializer)".into()
+                        });
+                    return Err(dk.err(ty_pos, "type", format_args!("unsupported deserializer type \"{t}\"{hint}")));
                 }
             };
             config.deserializers.push(d);
@@ -945,17 +859,13 @@ impl Extractor<'_> {
             if has_ctf && !reader.contains("randomizationWindow") {
                 if !reader.contains("sampleBasedRandomizationWindow") || !sample_based {
                     sample_based = false;
-                    let (chunk, pos) = k
-                        .u64("chunkSizeInBytes")?
-                        .unwrap_or((DEFAULT_CHUNK_SIZE, reader.pos));
+                    let (chunk, pos) = k.u64("chunkSizeInBytes")?.unwrap_or((DEFAULT_CHUNK_SIZE, reader.pos));
                     if chunk == 0 {
                         return Err(k.err(pos, "chunkSizeInBytes", "must be > 0"));
                     }
                     window = FOUR_GIB / chunk;
                 } else {
-                    let pos = reader
-                        .get("sampleBasedRandomizationWindow")
-                        .map_or(reader.pos, |e| e.key_pos);
+                    let pos = reader.get("sampleBasedRandomizationWindow").map_or(reader.pos, |e| e.key_pos);
                     return Err(k.err(pos, "sampleBasedRandomizationWindow", "'sampleBasedRandomizationWindow' (== 'true') requires that the 'randomizationWindow' is explicitly specified"));
                 }
             }
@@ -989,29 +899,19 @@ impl Extractor<'_> {
             return Err(p.pos.error(format!("{}: {}", ik.path, p.message)));
         }
         if input.entries.is_empty() {
-            return Err(input_entry.key_pos.error(format!(
-                "{}: the \"input\" block is empty; it needs one entry per stream",
-                ik.path
-            )));
+            return Err(input_entry
+                .key_pos
+                .error(format!("{}: the \"input\" block is empty; it needs one entry per stream", ik.path)));
         }
         let mut streams = Vec::new();
         for e in &input.entries {
-            let Some((_, sk)) = ik.sub_block(&e.key)? else {
-                unreachable!()
-            };
-            let missing: Vec<&str> = ["dim", "format"]
-                .into_iter()
-                .filter(|k| !sk.block().contains(k))
-                .collect();
+            let Some((_, sk)) = ik.sub_block(&e.key)? else { unreachable!() };
+            let missing: Vec<&str> = ["dim", "format"].into_iter().filter(|k| !sk.block().contains(k)).collect();
             if !missing.is_empty() {
                 return Err(e.key_pos.error(format!(
                     "{}: missing {} (every input needs \"dim\" and \"format\")",
                     sk.path,
-                    missing
-                        .iter()
-                        .map(|m| format!("\"{m}\""))
-                        .collect::<Vec<_>>()
-                        .join(" and ")
+                    missing.iter().map(|m| format!("\"{m}\"")).collect::<Vec<_>>().join(" and ")
                 )));
             }
             let Some((dim, dim_pos)) = sk.u64("dim")? else {
@@ -1034,11 +934,7 @@ impl Extractor<'_> {
             };
             let alias = match sk.text("alias")? {
                 Some((a, pos)) if a.is_empty() => {
-                    return Err(sk.err(
-                        pos,
-                        "alias",
-                        format_args!("the alias of input \"{}\" is empty", e.key),
-                    ))
+                    return Err(sk.err(pos, "alias", format_args!("the alias of input \"{}\" is empty", e.key)))
                 }
                 Some((a, _)) => a,
                 None => e.key.clone(),
@@ -1054,8 +950,7 @@ impl Extractor<'_> {
         }
         let schema = Schema::new(streams).map_err(|mut err| {
             let pos = match err.kind() {
-                ErrorKind::DuplicateAlias { second, .. }
-                | ErrorKind::InvalidStream { stream: second, .. } => {
+                ErrorKind::DuplicateAlias { second, .. } | ErrorKind::InvalidStream { stream: second, .. } => {
                     input.get(second).map_or(input_entry.key_pos, |e| e.key_pos)
                 }
                 _ => input_entry.key_pos,
@@ -1071,14 +966,8 @@ impl Extractor<'_> {
         };
         let mut keep_data_in_memory = dk.bool_or("keepDataInMemory", false)?;
         if keep_data_in_memory && !dk.fallback {
-            let pos = dk
-                .block()
-                .get("keepDataInMemory")
-                .map_or(dk.block().pos, |e| e.key_pos);
-            let message = format!(
-                "{}.keepDataInMemory: ignored by the composite reader",
-                dk.path
-            );
+            let pos = dk.block().get("keepDataInMemory").map_or(dk.block().pos, |e| e.key_pos);
+            let message = format!("{}.keepDataInMemory: ignored by the composite reader", dk.path);
             self.warn(pos, message);
             keep_data_in_memory = false;
         }
@@ -1094,12 +983,7 @@ impl Extractor<'_> {
                 None => dk.trace_level()?.unwrap_or(1),
             },
         };
-        Ok(DeserializerConfig::Ctf {
-            file,
-            path,
-            schema,
-            options,
-        })
+        Ok(DeserializerConfig::Ctf { file, path, schema, options })
     }
 
     fn cbf(&mut self, dk: &Keys<'_>, precision: ElementType) -> Result<DeserializerConfig, Error> {
@@ -1107,19 +991,13 @@ impl Extractor<'_> {
         if let Some((_, ik)) = dk.sub_block("input")? {
             let input = ik.block();
             for e in &input.entries {
-                let Some((_, sk)) = ik.sub_block(&e.key)? else {
-                    unreachable!()
-                };
+                let Some((_, sk)) = ik.sub_block(&e.key)? else { unreachable!() };
                 self.warn_unknown(sk.block(), &sk.path, &[CBF_INPUT_KEYS]);
                 let Some((alias, pos)) = sk.text("alias")? else {
                     continue;
                 };
                 if alias.is_empty() {
-                    return Err(sk.err(
-                        pos,
-                        "alias",
-                        format_args!("the alias of input \"{}\" is empty", e.key),
-                    ));
+                    return Err(sk.err(pos, "alias", format_args!("the alias of input \"{}\" is empty", e.key)));
                 }
                 if let Some((first, _)) = renames.iter().find(|(_, a)| *a == alias) {
                     let mut err = Error::new(ErrorKind::DuplicateAlias {
@@ -1134,12 +1012,7 @@ impl Extractor<'_> {
             }
         }
         let (file, path) = self.file(dk)?;
-        Ok(DeserializerConfig::Cbf {
-            file,
-            path,
-            renames,
-            precision,
-        })
+        Ok(DeserializerConfig::Cbf { file, path, renames, precision })
     }
 
     fn file(&self, dk: &Keys<'_>) -> Result<(String, PathBuf), Error> {
@@ -1149,10 +1022,7 @@ impl Extractor<'_> {
                 Ok((f, path))
             }
             Some((_, pos)) => Err(dk.err(pos, "file", "is empty")),
-            None => Err(dk.block().pos.error(format!(
-                "{}: missing \"file\" (the path of the data file)",
-                dk.path
-            ))),
+            None => Err(dk.block().pos.error(format!("{}: missing \"file\" (the path of the data file)", dk.path))),
         }
     }
 }
@@ -1168,7 +1038,9 @@ fn precision(k: &Keys<'_>) -> Result<ElementType, Error> {
         Some((t, pos)) if t.eq_ignore_ascii_case("float") || t.eq_ignore_ascii_case("double") => Err(k.err(
             pos,
             "precision",
-            format_args!("{t:?} must be written in lowercase (CNTK's DataReader accepts exactly \"float\" or \"double\")"),
+            format_args!(
+                "{t:?} must be written in lowercase (CNTK's DataReader accepts exactly \"float\" or \"double\")"
+            ),
         )),
         Some((t, pos)) => Err(k.err(pos, "precision", format_args!("must be \"float\" or \"double\", found {t:?}"))),
     }

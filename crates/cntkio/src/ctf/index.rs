@@ -212,7 +212,12 @@ pub fn index_streaming(
 }
 
 /// Builds the whole index in memory.
-pub fn build_index(file: &InputFile, cfg: &IndexConfig, threads: usize, progress: &mut dyn FnMut(u64)) -> Result<CtfIndex, Error> {
+pub fn build_index(
+    file: &InputFile,
+    cfg: &IndexConfig,
+    threads: usize,
+    progress: &mut dyn FnMut(u64),
+) -> Result<CtfIndex, Error> {
     let mut chunks = Vec::new();
     let mode = index_streaming(
         file,

@@ -13,10 +13,10 @@ pub use parse::{parse_chunk, ParsePolicy, ParsedChunk};
 pub use scan::{scan_file, ScanOptions, ScanSummary};
 
 use crate::input::{Access, InputFile};
+use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
 use crate::{CtfOptions, Error, Schema};
 use cntkio_core::ctf::parse::CtfParser;
 use cntkio_core::{ChunkData, ErrorKind};
-use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};

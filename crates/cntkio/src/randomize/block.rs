@@ -2,8 +2,8 @@
 //! READER.md §3–§4, §6, §8).
 
 use super::{
-    check_chunks, ChunkRandomizer, EpochConfig, Minibatch, Pick, SequenceEnumerator,
-    SequenceRandomizer, SequenceSource, Window, INFINITELY_REPEAT,
+    check_chunks, ChunkRandomizer, EpochConfig, Minibatch, Pick, SequenceEnumerator, SequenceRandomizer,
+    SequenceSource, Window, INFINITELY_REPEAT,
 };
 use crate::Error;
 
@@ -111,33 +111,21 @@ impl<S: SequenceSource> BlockRandomizer<S> {
         if self.sweep != Some(sweep) {
             // Set first: if loading fails, the next call retries from a clean reset.
             self.sweep = None;
-            self.sequences
-                .start_sweep(self.seed.wrapping_add(sweep), &self.source)?;
+            self.sequences.start_sweep(self.seed.wrapping_add(sweep), &self.source)?;
             self.sweep = Some(sweep);
         }
         Ok(())
     }
 
     /// One pass inside the sweep of `pos` (READER.md §4.3 `take`).
-    fn take(
-        &mut self,
-        global: u64,
-        local: u64,
-        at_least_one: bool,
-        out: &mut Vec<Pick>,
-    ) -> Result<Pass, Error> {
+    fn take(&mut self, global: u64, local: u64, at_least_one: bool, out: &mut Vec<Pick>) -> Result<Pass, Error> {
         self.prepare(self.pos)?;
         let sweep_size = self.sweep_size;
         let pos = self.pos;
         let sp = pos % sweep_size;
         let end = self.epoch_end();
         if pos >= end {
-            return Ok(Pass {
-                end_of_sweep: pos >= sweep_size && sp == 0,
-                end_of_epoch: true,
-                global: 0,
-                local: 0,
-            });
+            return Ok(Pass { end_of_sweep: pos >= sweep_size && sp == 0, end_of_epoch: true, global: 0, local: 0 });
         }
         let global = global.min(sweep_size - sp);
         let workers = self.workers;
@@ -161,12 +149,7 @@ impl<S: SequenceSource> BlockRandomizer<S> {
                 return false;
             }
             if is_local {
-                out.push(Pick {
-                    chunk: s.chunk,
-                    index: s.index,
-                    num_samples: s.num_samples,
-                    key: s.key,
-                });
+                out.push(Pick { chunk: s.chunk, index: s.index, num_samples: s.num_samples, key: s.key });
                 l = l.saturating_add(len);
                 one = false;
             }
@@ -176,12 +159,7 @@ impl<S: SequenceSource> BlockRandomizer<S> {
         eos |= sp.saturating_add(g) >= sweep_size;
         eoe |= pos.saturating_add(g) >= end;
         self.pos = pos.saturating_add(g);
-        Ok(Pass {
-            end_of_sweep: eos,
-            end_of_epoch: eoe,
-            global: g,
-            local: l,
-        })
+        Ok(Pass { end_of_sweep: eos, end_of_epoch: eoe, global: g, local: l })
     }
 }
 
@@ -201,12 +179,7 @@ impl<S: SequenceSource> SequenceEnumerator for BlockRandomizer<S> {
         let (mut gl, mut ll) = (0u64, 0u64);
         loop {
             let at_boundary = mb.end_of_sweep;
-            let pass = self.take(
-                global.saturating_sub(gl),
-                local.saturating_sub(ll),
-                !at_boundary,
-                &mut mb.picks,
-            )?;
+            let pass = self.take(global.saturating_sub(gl), local.saturating_sub(ll), !at_boundary, &mut mb.picks)?;
             mb.end_of_sweep |= pass.end_of_sweep;
             mb.end_of_epoch |= pass.end_of_epoch;
             if at_boundary && pass.global == 0 {
@@ -219,12 +192,7 @@ impl<S: SequenceSource> SequenceEnumerator for BlockRandomizer<S> {
             if at_boundary && pass.local == 0 {
                 break;
             }
-            if !(self.cross_sweeps
-                && !mb.end_of_epoch
-                && mb.end_of_sweep
-                && global > gl
-                && local > ll)
-            {
+            if !(self.cross_sweeps && !mb.end_of_epoch && mb.end_of_sweep && global > gl && local > ll) {
                 break;
             }
         }
@@ -239,11 +207,7 @@ impl<S: SequenceSource> SequenceEnumerator for BlockRandomizer<S> {
         self.prepare(position)?;
         let sweep = position / self.sweep_size;
         let offset = position % self.sweep_size;
-        let reset_seed = if self.seek_quirk {
-            sweep
-        } else {
-            self.seed.wrapping_add(sweep)
-        };
+        let reset_seed = if self.seek_quirk { sweep } else { self.seed.wrapping_add(sweep) };
         let reached = self.sequences.seek(offset, reset_seed, &self.source)?;
         self.pos = (sweep * self.sweep_size).saturating_add(reached);
         if self.rank as usize >= self.sequences.chunk_randomizer().chunks().len() {

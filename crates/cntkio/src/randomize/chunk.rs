@@ -42,11 +42,7 @@ impl ChunkRandomizer {
     /// A randomizer over `chunks` (at most `u32::MAX` of them; [`BlockRandomizer`](super::BlockRandomizer)
     /// checks this). Nothing is randomized until [`randomize`](Self::randomize) is called.
     pub fn new(chunks: &[ChunkInfo], window: Window) -> ChunkRandomizer {
-        ChunkRandomizer {
-            original: chunks.to_vec(),
-            window,
-            randomized: Vec::new(),
-        }
+        ChunkRandomizer { original: chunks.to_vec(), window, randomized: Vec::new() }
     }
 
     /// The window this randomizer was built with.
@@ -123,14 +119,8 @@ impl ChunkRandomizer {
         let r = &mut self.randomized;
         let n = r.len();
         for cid in 0..n {
-            let (mut b, mut e) = if cid == 0 {
-                (0, 1)
-            } else {
-                (
-                    r[cid - 1].window_begin as usize,
-                    r[cid - 1].window_end as usize,
-                )
-            };
+            let (mut b, mut e) =
+                if cid == 0 { (0, 1) } else { (r[cid - 1].window_begin as usize, r[cid - 1].window_end as usize) };
             let start = r[cid].sample_start;
             // b <= cid here, and sample starts are non-decreasing, so no underflow.
             while start - r[b].sample_start > half {
@@ -150,9 +140,7 @@ impl ChunkRandomizer {
     /// `sequence_start <= t`), by binary search. Only meaningful for `t` below the total number of
     /// sequences.
     pub fn chunk_of_sequence(&self, t: u64) -> usize {
-        self.randomized
-            .partition_point(|c| c.sequence_start <= t)
-            .saturating_sub(1)
+        self.randomized.partition_point(|c| c.sequence_start <= t).saturating_sub(1)
     }
 }
 
@@ -162,23 +150,15 @@ mod tests {
 
     fn worked_example(window: Window) -> ChunkRandomizer {
         let sizes = [3u32, 3, 3, 3, 3, 3, 2];
-        let chunks: Vec<ChunkInfo> = sizes
-            .iter()
-            .map(|&n| ChunkInfo {
-                num_samples: u64::from(n),
-                num_sequences: n,
-            })
-            .collect();
+        let chunks: Vec<ChunkInfo> =
+            sizes.iter().map(|&n| ChunkInfo { num_samples: u64::from(n), num_sequences: n }).collect();
         let mut cr = ChunkRandomizer::new(&chunks, window);
         cr.randomize(0);
         cr
     }
 
     fn windows(cr: &ChunkRandomizer) -> Vec<(u32, u32)> {
-        cr.chunks()
-            .iter()
-            .map(|c| (c.window_begin, c.window_end))
-            .collect()
+        cr.chunks().iter().map(|c| (c.window_begin, c.window_end)).collect()
     }
 
     #[test]
@@ -191,32 +171,17 @@ mod tests {
         let cr = worked_example(Window::Chunks(1));
         assert_eq!(windows(&cr), (0..7).map(|p| (p, p + 1)).collect::<Vec<_>>());
         let cr = worked_example(Window::Chunks(2));
-        assert_eq!(
-            windows(&cr),
-            [(0, 2), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6), (5, 7)]
-        );
+        assert_eq!(windows(&cr), [(0, 2), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6), (5, 7)]);
         let cr = worked_example(Window::Samples(4));
-        assert_eq!(
-            windows(&cr),
-            [(0, 1), (1, 2), (2, 3), (3, 4), (3, 5), (5, 6), (6, 7)]
-        );
+        assert_eq!(windows(&cr), [(0, 1), (1, 2), (2, 3), (3, 4), (3, 5), (5, 6), (6, 7)]);
     }
 
     #[test]
     fn chunk_of_sequence_skips_empty_chunks() {
         let chunks = [
-            ChunkInfo {
-                num_samples: 2,
-                num_sequences: 2,
-            },
-            ChunkInfo {
-                num_samples: 0,
-                num_sequences: 0,
-            },
-            ChunkInfo {
-                num_samples: 1,
-                num_sequences: 1,
-            },
+            ChunkInfo { num_samples: 2, num_sequences: 2 },
+            ChunkInfo { num_samples: 0, num_sequences: 0 },
+            ChunkInfo { num_samples: 1, num_sequences: 1 },
         ];
         let mut cr = ChunkRandomizer::new(&chunks, Window::Chunks(0));
         cr.randomize(3);

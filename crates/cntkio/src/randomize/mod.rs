@@ -280,23 +280,18 @@ fn check_chunks(chunks: &[ChunkInfo]) -> Result<(u64, u64), Error> {
         return Err(Error::config("the data has no chunks"));
     }
     if u32::try_from(chunks.len()).is_err() {
-        return Err(Error::config(format!(
-            "the data has {} chunks; at most 2^32 − 1 are supported",
-            chunks.len()
-        )));
+        return Err(Error::config(format!("the data has {} chunks; at most 2^32 − 1 are supported", chunks.len())));
     }
     let mut samples = 0u64;
     let mut sequences = 0u64;
     for c in chunks {
-        samples = samples.checked_add(c.num_samples).ok_or_else(|| {
-            Error::config("the total number of samples overflows a 64-bit integer")
-        })?;
+        samples = samples
+            .checked_add(c.num_samples)
+            .ok_or_else(|| Error::config("the total number of samples overflows a 64-bit integer"))?;
         sequences += u64::from(c.num_sequences);
     }
     if samples == 0 {
-        return Err(Error::config(
-            "the data has no samples (the sweep size is 0)",
-        ));
+        return Err(Error::config("the data has no samples (the sweep size is 0)"));
     }
     if sequences == 0 {
         return Err(Error::config("the data has no sequences"));

@@ -28,10 +28,7 @@ impl Mt19937_64 {
 
     /// A generator seeded like `std::mt19937_64::seed(seed)`.
     pub fn new(seed: u64) -> Mt19937_64 {
-        let mut rng = Mt19937_64 {
-            state: Box::new([0; N]),
-            index: N,
-        };
+        let mut rng = Mt19937_64 { state: Box::new([0; N]), index: N };
         rng.seed(seed);
         rng
     }
@@ -42,9 +39,7 @@ impl Mt19937_64 {
         mt[0] = seed;
         for i in 1..N {
             let prev = mt[i - 1];
-            mt[i] = 6364136223846793005u64
-                .wrapping_mul(prev ^ (prev >> 62))
-                .wrapping_add(i as u64);
+            mt[i] = 6364136223846793005u64.wrapping_mul(prev ^ (prev >> 62)).wrapping_add(i as u64);
         }
         self.index = N;
     }
@@ -95,9 +90,7 @@ impl Default for Mt19937_64 {
 
 impl std::fmt::Debug for Mt19937_64 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mt19937_64")
-            .field("index", &self.index)
-            .finish_non_exhaustive()
+        f.debug_struct("Mt19937_64").field("index", &self.index).finish_non_exhaustive()
     }
 }
 
@@ -122,11 +115,7 @@ mod tests {
         let mut rng = Mt19937_64::new(0);
         assert_eq!(
             [rng.next_u64(), rng.next_u64(), rng.next_u64()],
-            [
-                2947667278772165694,
-                18301848765998365067,
-                729919693006235833
-            ]
+            [2947667278772165694, 18301848765998365067, 729919693006235833]
         );
     }
 

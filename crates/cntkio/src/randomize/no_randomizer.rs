@@ -1,8 +1,8 @@
 //! Reading in file order (CNTK `NoRandomizer`, READER.md §4.4, §6, §8.2).
 
 use super::{
-    check_chunks, load_sequences, ChunkInfo, EpochConfig, Minibatch, Pick, SequenceEnumerator,
-    SequenceInfo, SequenceSource, INFINITELY_REPEAT,
+    check_chunks, load_sequences, ChunkInfo, EpochConfig, Minibatch, Pick, SequenceEnumerator, SequenceInfo,
+    SequenceSource, INFINITELY_REPEAT,
 };
 use crate::Error;
 
@@ -95,12 +95,7 @@ impl<S: SequenceSource> NoRandomizer<S> {
             c = (c + 1) % self.chunks.len();
         }
         self.cur_chunk = None;
-        load_sequences(
-            &self.source,
-            c as u32,
-            self.chunks[c].num_sequences,
-            &mut self.sequences,
-        )?;
+        load_sequences(&self.source, c as u32, self.chunks[c].num_sequences, &mut self.sequences)?;
         self.cur_chunk = Some(c);
         Ok(())
     }
@@ -108,9 +103,7 @@ impl<S: SequenceSource> NoRandomizer<S> {
     /// Moves the cursor to the next sequence, wrapping to chunk 0 after the last chunk.
     fn advance(&mut self) -> Result<(), Error> {
         match self.cur_chunk {
-            Some(c) if self.cur_index + 1 < self.chunks[c].num_sequences as usize => {
-                self.cur_index += 1
-            }
+            Some(c) if self.cur_index + 1 < self.chunks[c].num_sequences as usize => self.cur_index += 1,
             Some(c) => {
                 self.load((c + 1) % self.chunks.len())?;
                 self.cur_index = 0;
@@ -140,29 +133,21 @@ impl<S: SequenceSource> SequenceEnumerator for NoRandomizer<S> {
             self.set_state(self.pos)?;
         }
         let s = self.sweep_size;
-        let end = self
-            .epoch_size
-            .saturating_mul(self.epoch_index.saturating_add(1));
+        let end = self.epoch_size.saturating_mul(self.epoch_index.saturating_add(1));
         let mut mb = Minibatch::default();
         if self.pos >= end {
             mb.end_of_sweep = self.pos >= s && self.pos % s == 0;
             mb.end_of_epoch = true;
             return Ok(mb);
         }
-        let global = if self.cross_sweeps {
-            global
-        } else {
-            global.min(s - self.pos % s)
-        };
+        let global = if self.cross_sweeps { global } else { global.min(s - self.pos % s) };
         let (mut g, mut l, mut one) = (0u64, 0u64, true);
         let sweep = self.pos / s;
         let workers = u64::from(self.workers);
         let rank = u64::from(self.rank);
         // Guard, not in CNTK: after walking workers × (sequences per sweep) sequences without a local
         // sample the pattern repeats forever; only zero-length sequences can cause that.
-        let limit = workers
-            .saturating_mul(self.total_sequences)
-            .saturating_add(workers);
+        let limit = workers.saturating_mul(self.total_sequences).saturating_add(workers);
         let mut idle = 0u64;
         while g < global && l < local {
             let Some(c) = self.cur_chunk else { break };
@@ -219,10 +204,7 @@ impl<S: SequenceSource> SequenceEnumerator for NoRandomizer<S> {
         self.cur_index = 0;
         self.pos = position;
         let offset = position % self.sweep_size;
-        let ci = self
-            .sample_offsets
-            .partition_point(|&o| o <= offset)
-            .saturating_sub(1);
+        let ci = self.sample_offsets.partition_point(|&o| o <= offset).saturating_sub(1);
         if self.cur_chunk != Some(ci) {
             self.load(ci)?;
             self.cur_index = 0;

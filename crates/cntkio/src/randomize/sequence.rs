@@ -79,22 +79,14 @@ impl SequenceRandomizer {
 
     /// Starts a sweep: permutes the chunks and resets the sequence shuffle, both with `seed` (two
     /// independent generators, READER.md §3.1).
-    pub fn start_sweep<S: SequenceSource + ?Sized>(
-        &mut self,
-        seed: u64,
-        source: &S,
-    ) -> Result<(), Error> {
+    pub fn start_sweep<S: SequenceSource + ?Sized>(&mut self, seed: u64, source: &S) -> Result<(), Error> {
         self.chunks.randomize(seed);
         self.reset(seed, source)
     }
 
     /// Restarts the sequence shuffle of the current chunk permutation with a generator seeded with
     /// `seed`, and finalizes the first window. The read cursor goes to the start of the sweep.
-    pub fn reset<S: SequenceSource + ?Sized>(
-        &mut self,
-        seed: u64,
-        source: &S,
-    ) -> Result<(), Error> {
+    pub fn reset<S: SequenceSource + ?Sized>(&mut self, seed: u64, source: &S) -> Result<(), Error> {
         self.rng.seed(seed);
         self.window.clear();
         self.ranges.clear();
@@ -137,12 +129,7 @@ impl SequenceRandomizer {
             next_rand += 1;
         }
         let new_loaded_end = r[next_rand - 1].window_end as usize;
-        for (i, c) in r
-            .iter()
-            .enumerate()
-            .take(new_loaded_end)
-            .skip(self.loaded_end)
-        {
+        for (i, c) in r.iter().enumerate().take(new_loaded_end).skip(self.loaded_end) {
             let info = self.chunks.original()[c.original as usize];
             load_sequences(source, c.original, info.num_sequences, &mut self.scratch)?;
             let home = i as u32;
@@ -162,11 +149,7 @@ impl SequenceRandomizer {
         }
         self.loaded_end = new_loaded_end;
 
-        let first = if self.rand_cursor == 0 {
-            0
-        } else {
-            r[self.rand_cursor - 1].sequence_end
-        };
+        let first = if self.rand_cursor == 0 { 0 } else { r[self.rand_cursor - 1].sequence_end };
         let end = r[next_rand - 1].sequence_end;
         for t in first..end {
             let ci = self.chunks.chunk_of_sequence(t);
@@ -213,10 +196,7 @@ impl SequenceRandomizer {
         }
         let cur = self.cur_chunk.min(n - 1);
         let mut cand = self.first_retained;
-        while cand < n
-            && cand < r[cur].window_begin as usize
-            && r[cand].window_end as usize <= self.cur_chunk
-        {
+        while cand < n && cand < r[cur].window_begin as usize && r[cand].window_end as usize <= self.cur_chunk {
             self.window.pop_front();
             self.ranges.pop_front();
             self.first_retained += 1;
@@ -279,10 +259,7 @@ impl SequenceRandomizer {
             self.reset(seed_for_reset, source)?;
         } else if offset < end {
             // The first finalized chunk whose range holds `offset` (ranges are contiguous and sorted).
-            let k = self
-                .ranges
-                .partition_point(|&(s, _)| s <= offset)
-                .saturating_sub(1);
+            let k = self.ranges.partition_point(|&(s, _)| s <= offset).saturating_sub(1);
             self.cur_chunk = self.first_retained + k;
             self.cur_sequence = self.chunks.chunks()[self.cur_chunk].sequence_start;
             self.cur_sample = self.ranges[k].0;
