@@ -7,5 +7,7 @@ pub use cntkio_core::{
     schema::{ElementType, Schema, StorageFormat, StreamSpec},
 };
 
+pub mod cbf;
+mod mmap;
 pub mod options;
 pub use options::CtfOptions;
