@@ -546,7 +546,7 @@ mod tests {
             f64::MAX,
             f64::MIN_POSITIVE,
             5e-324,
-            2.2250738585072009e-308,
+            f64::from_bits(0x000f_ffff_ffff_ffff),
             1.7976931348623155e308,
             0.1 + 0.2,
         ] {
