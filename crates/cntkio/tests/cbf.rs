@@ -351,6 +351,45 @@ fn simple_jagged_sequence_decodes_and_reencodes_identically() {
     }
 }
 
+/// CBF.md §6.2, through the writer in both chunking modes (sparse entries given in ctf2bin's order).
+#[test]
+fn the_178_byte_example_through_the_writer() {
+    let hex = "6e69625f6b746e6301000000020000000100000002000000030000000000003f000000400000803f\
+               01000000030000000200000002000000010000000100000001000000000080bf0000000001000000\
+               010000000000803f000000400100000000004040000080406e69625f6b746e630100000002000000\
+               01080000006665617475726573000400000000060000006c6162656c7300020000000c0000000000\
+               000002000000030000006800000000000000";
+    assert_eq!(hex.len(), 356);
+    let expected: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    let schema = Schema::new(vec![
+        spec("features", "x", StorageFormat::Sparse, 4, ElementType::F32),
+        spec("labels", "y", StorageFormat::Dense, 2, ElementType::F32),
+    ])
+    .unwrap();
+    // `0 |x 3:2 1:0.5 |y 1 2` with the first sample's entries sorted: `1:0.5 3:2`.
+    let d = parse_bytes(
+        b"0 |x 1:0.5 3:2 |y 1 2\n0 |x 2:1\n1 |x 0:-1 |y 3 4\n",
+        &schema,
+        false,
+        &mut FailFast,
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("e.bin");
+    for o in [
+        CbfWriterOptions::new(33554432),
+        CbfWriterOptions::ctf2bin(33554432),
+    ] {
+        let mut w = CbfWriter::with_options(&out, &schema, o).unwrap();
+        w.write(&d).unwrap();
+        w.finish().unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), expected);
+    }
+}
+
 #[test]
 fn renames_and_precision() {
     let path = real("Simple_dense.bin");
@@ -1008,16 +1047,31 @@ fn damaged_records_are_rejected_with_the_right_field_and_offset() {
     check(&good, "sequence 9 N", Some(last_rec), &|f| {
         put(f, last_rec, &le32(11))
     });
-    // Bytes left over at the end of a chunk are not an error (CNTK ignores them), but are reported.
+    // A shorter first record shifts every later record: the decoder notices where they stop lining up.
     let mut f = good.clone();
     put(&mut f, rec, &le32(9));
-    let h = Header::from_file_bytes(&f, &lim).unwrap();
-    let d = cbf::ChunkDecoder::new(&h, 0).unwrap();
+    let got = field_of(cbf::decode_file(&f, &lim).map(|_| ()).unwrap_err());
+    assert!(got.ends_with(" N"), "{got}");
+
+    // Bytes left over between a chunk's last record and the next chunk are not an error (CNTK ignores
+    // them); the decoder reports them.
+    let mut f = good[..h.header_offset() as usize].to_vec();
+    f.extend_from_slice(&[0xAB; 6]);
+    f.extend_from_slice(&good[h.header_offset() as usize..good.len() - 8]);
+    f.extend_from_slice(&(h.header_offset() + 6).to_le_bytes());
+    let h2 = Header::from_file_bytes(&f, &lim).unwrap();
+    let d = cbf::ChunkDecoder::new(&h2, 0).unwrap();
     let r = d.byte_range();
-    let err = d.decode(&f[r.start as usize..r.end as usize]).unwrap_err();
-    assert!(
-        field_of(err).ends_with(" N"),
-        "the shifted records no longer line up"
+    let mut out = ChunkData::new(&real_schema("10x10_dense"));
+    let sum = d
+        .decode_into(&f[r.start as usize..r.end as usize], &mut out)
+        .unwrap();
+    assert_eq!(sum.bytes_unused, 6);
+    assert_eq!(sum.meta_total, 100);
+    assert_same_data(
+        &out,
+        &parse_ctf_as_ctf2bin("10x10_dense"),
+        "with 6 unused bytes",
     );
 }
 
@@ -1176,5 +1230,18 @@ fn throughput() {
     println!(
         "CbfFile read: {:.0} MB/s",
         s.bytes as f64 / 1e6 / t.elapsed().as_secs_f64()
+    );
+
+    // CTF writer: 10,000 rows of 784 floats with fractions and 50 sparse entries.
+    let (first, _) = split(&d, 10_000);
+    let mut text = Vec::new();
+    let t = std::time::Instant::now();
+    write_chunk(&first, &schema, &mut text).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    let values = 10_000.0 * (784.0 + 50.0);
+    println!(
+        "CTF writer: {:.0} MB/s of text, {:.1} M values/s",
+        text.len() as f64 / 1e6 / secs,
+        values / 1e6 / secs
     );
 }

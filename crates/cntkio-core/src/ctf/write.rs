@@ -614,6 +614,72 @@ mod tests {
         );
     }
 
+    #[test]
+    fn writer_errors_name_stream_and_sequence() {
+        use crate::ctf::parse::{parse_bytes, FailFast};
+        use crate::schema::{StorageFormat, StreamSpec};
+        let schema = Schema::new(vec![
+            StreamSpec::new("features", 2, StorageFormat::Dense).alias("x"),
+            StreamSpec::new("labels", 3, StorageFormat::Sparse).alias("y"),
+        ])
+        .unwrap();
+        let good = parse_bytes(
+            b"4 |x 1 2 |y 0:1\n5 |x 3 4 |y\n5 |x 5 6\n",
+            &schema,
+            false,
+            &mut FailFast,
+        )
+        .unwrap();
+        let mut text = Vec::new();
+        write_chunk(&good, &schema, &mut text).unwrap();
+        assert_eq!(text, b"4 |x 1 2 |y 0:1\n5 |x 3 4 |y\n5 |x 5 6\n");
+
+        // A NaN CNTK's parser cannot produce.
+        let mut bad = good.clone();
+        if let Values::F32(v) = &mut bad.streams[0].values {
+            v[3] = f32::from_bits(0x7fc0_1234);
+        }
+        let mut out = b"kept".to_vec();
+        let e = write_chunk(&bad, &schema, &mut out).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::InvalidStream { stream, .. } if stream == "features"),
+            "{e}"
+        );
+        assert_eq!(e.position().sequence_id, Some(5));
+        assert_eq!(
+            out, b"kept4 |x 1 2 |y 0:1\n",
+            "the failing sequence is not left half-written"
+        );
+
+        // Two sequences with one key would merge.
+        let mut dup = good.clone();
+        dup.keys[1] = 4;
+        assert!(write_chunk(&dup, &schema, &mut Vec::new()).is_err());
+        let mut w = CtfWriter::new(&schema);
+        w.write_chunk(&good, &mut Vec::new()).unwrap();
+        assert!(
+            w.write_chunk(&good, &mut Vec::new()).is_ok(),
+            "key 5 then 4 is fine"
+        );
+        let mut w2 = CtfWriter::new(&schema);
+        let mut tail = good.clone();
+        tail.keys = vec![5, 6];
+        w2.write_chunk(&good, &mut Vec::new()).unwrap();
+        assert!(
+            w2.write_chunk(&tail, &mut Vec::new()).is_err(),
+            "key 5 right after key 5"
+        );
+
+        // A stream without samples in a sequence: CNTK cannot read that.
+        let mut empty = good;
+        empty.streams[1].sequence_offsets = vec![0, 2, 2];
+        let e = write_chunk(&empty, &schema, &mut Vec::new()).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::EmptyStream { sequence: 5, .. }),
+            "{e}"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(20_000))]
         #[test]
