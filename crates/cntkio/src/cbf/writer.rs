@@ -1,38 +1,4 @@
 //! [`CbfWriter`]: sequences in, a CBF file out.
-//!
-//! # What the writer puts on disk
-//!
-//! Format version 1 exactly as CNTK reads it and `ctf2bin.py` writes it (CBF.md §1): prefix, chunks
-//! from byte 12 on with no gaps, header, trailer. Within a chunk: one meta count per sequence, then
-//! stream after stream (schema order), each sequence's record. Sparse entries are written in the order
-//! they have in the [`ChunkData`] (not sorted, unlike `ctf2bin.py`); per-sample counts are the
-//! differences of `sample_offsets`. Stream names are the schema's names (not the CTF aliases). Every
-//! stream's element type is the schema's; the data written must already be of that type.
-//!
-//! **Meta counts** ([`MetaCounts`]): by default each sequence's declared length,
-//! [`ChunkData::num_samples`] — for data parsed from CTF that is what CNTK's CTF reader uses as the
-//! sequence length (rows, or rows mentioning the `definesMBSize` stream), so minibatch sizes come out the
-//! same from the CBF file as from the CTF file. `ctf2bin.py` writes the maximum over the streams of the
-//! records' sample counts instead ([`MetaCounts::MaxOverStreams`]); the two agree unless a stream marked
-//! `definesMBSize` is shorter than another stream. The chunk table's sample count is the sum of the
-//! chunk's meta counts.
-//!
-//! **Chunking** ([`Chunking`]): by default a chunk holds consecutive sequences as long as its encoded
-//! size (meta counts plus records, in bytes) stays at most `chunk_size`; a sequence larger than
-//! `chunk_size` gets a chunk of its own; sequences are never split. An empty input gives a file with
-//! no chunks. [`Chunking::Ctf2binCompatible`] reproduces `ctf2bin.py`'s rule and its bug instead
-//! (CBF.md §7.5). Either way a chunk is also closed before it would exceed 2^32 − 1 sequences or meta
-//! samples (the table's 32-bit fields).
-//!
-//! **Empty streams**: a sequence with no sample of some stream would be written as an `N = 0` record,
-//! which CNTK reads and then refuses (`Sequences must be a least one frame long`). The writer refuses
-//! such a sequence with [`cntkio_core::ErrorKind::EmptyStream`], or drops it when
-//! [`EmptyStreams::Drop`] is set (counted in [`CbfSummary::dropped_sequences`]).
-//!
-//! **Atomicity**: everything is written to a temporary file in the target's directory, which is synced
-//! and renamed over the target by [`CbfWriter::finish`]. Dropping the writer without `finish` deletes
-//! the temporary file and leaves the target untouched; an existing target is never truncated (a
-//! reader that mapped it keeps its bytes).
 
 use cntkio_core::cbf::{
     encode_header, encode_prefix, encode_record, encode_trailer, sequence_len_bytes,
@@ -125,7 +91,41 @@ pub struct CbfSummary {
     pub bytes: u64,
 }
 
-/// Writes a CBF file (see the module docs for the on-disk choices).
+/// Writes a CBF file.
+///
+/// # What the writer puts on disk
+///
+/// Format version 1 exactly as CNTK reads it and `ctf2bin.py` writes it (CBF.md §1): prefix, chunks
+/// from byte 12 on with no gaps, header, trailer. Within a chunk: one meta count per sequence, then
+/// stream after stream (schema order), each sequence's record. Sparse entries are written in the order
+/// they have in the [`ChunkData`] (not sorted, unlike `ctf2bin.py`); per-sample counts are the
+/// differences of `sample_offsets`. Stream names are the schema's names (not the CTF aliases). Every
+/// stream's element type is the schema's; the data written must already be of that type.
+///
+/// **Meta counts** ([`MetaCounts`]): by default each sequence's declared length,
+/// [`ChunkData::num_samples`] — for data parsed from CTF that is what CNTK's CTF reader uses as the
+/// sequence length (rows, or rows mentioning the `definesMBSize` stream), so minibatch sizes come out the
+/// same from the CBF file as from the CTF file. `ctf2bin.py` writes the maximum over the streams of the
+/// records' sample counts instead ([`MetaCounts::MaxOverStreams`]); the two agree unless a stream marked
+/// `definesMBSize` is shorter than another stream. The chunk table's sample count is the sum of the
+/// chunk's meta counts.
+///
+/// **Chunking** ([`Chunking`]): by default a chunk holds consecutive sequences as long as its encoded
+/// size (meta counts plus records, in bytes) stays at most `chunk_size`; a sequence larger than
+/// `chunk_size` gets a chunk of its own; sequences are never split. An empty input gives a file with
+/// no chunks. [`Chunking::Ctf2binCompatible`] reproduces `ctf2bin.py`'s rule and its bug instead
+/// (CBF.md §7.5). Either way a chunk is also closed before it would exceed 2^32 − 1 sequences or meta
+/// samples (the table's 32-bit fields).
+///
+/// **Empty streams**: a sequence with no sample of some stream would be written as an `N = 0` record,
+/// which CNTK reads and then refuses (`Sequences must be a least one frame long`). The writer refuses
+/// such a sequence with [`cntkio_core::ErrorKind::EmptyStream`], or drops it when
+/// [`EmptyStreams::Drop`] is set (counted in [`CbfSummary::dropped_sequences`]).
+///
+/// **Atomicity**: everything is written to a temporary file in the target's directory, which is synced
+/// and renamed over the target by [`CbfWriter::finish`]. Dropping the writer without `finish` deletes
+/// the temporary file and leaves the target untouched; an existing target is never truncated (a
+/// reader that mapped it keeps its bytes).
 #[derive(Debug)]
 pub struct CbfWriter {
     path: PathBuf,
