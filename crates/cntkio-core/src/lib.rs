@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod cbf;
 pub mod ctf;
 pub mod data;
 pub mod error;

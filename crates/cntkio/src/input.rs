@@ -40,7 +40,7 @@ impl InputFile {
         let len = meta.len();
         let map = match access {
             Access::Mmap if len > 0 && meta.is_file() => {
-                Some(crate::mmap::map_file(&file).map_err(|e| Error::io(format!("cannot map {shown}"), e))?)
+                Some(crate::mmap::map_readonly(&file).map_err(|e| Error::io(format!("cannot map {shown}"), e))?)
             }
             _ => None,
         };

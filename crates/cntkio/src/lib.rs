@@ -7,6 +7,7 @@ pub use cntkio_core::{
     schema::{ElementType, Schema, StorageFormat, StreamSpec},
 };
 
+pub mod cbf;
 pub mod config;
 pub mod options;
 pub mod randomize;

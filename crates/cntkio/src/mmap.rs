@@ -1,24 +1,36 @@
-//! The one audited `unsafe` module: memory-mapping an input file.
-
+//! The one module of cntkio with `unsafe` code: mapping a file read-only into memory.
+//!
+//! Mapping is only used when the caller opts in (`CbfOptions::mmap`, `Access::Mmap`); positional
+//! `read`s are the default and the fallback.
 #![allow(unsafe_code)]
 
+use memmap2::Mmap;
 use std::fs::File;
+use std::io;
 
-/// Maps `file` read-only. Safe to call, but only on the caller's explicit opt-in ([`crate::Access::Mmap`]).
+/// Maps the whole of `file` read-only.
+///
+/// This is a safe function because opting in to memory mapping is the caller's promise (documented on
+/// `CbfOptions::mmap`); the promise is what makes the `unsafe` call below sound.
 ///
 /// # Safety
-/// The file must not be modified or truncated while it is mapped: a truncation makes later reads of the
-/// mapping fault (SIGBUS) and a modification changes bytes under a `&[u8]`. Callers opt in to mapping
-/// (cntkio's default is to read with `pread`), and cntkio's writers never truncate a file that may be
-/// mapped (they write a temporary file and rename it).
-pub(crate) fn map_file(file: &File) -> std::io::Result<memmap2::Mmap> {
-    // SAFETY: the mapping is read-only and cntkio never writes or truncates an input file; a change made
-    // by another process while mapped is the risk the caller accepted by choosing `Access::Mmap`.
-    let m = unsafe { memmap2::Mmap::map(file)? };
+///
+/// The file must not be modified or truncated, by this process or any other, while the map (or any
+/// slice borrowed from it) is alive. Modifying it makes the mapped bytes change under Rust references
+/// that assume they are immutable (undefined behaviour); truncating it makes reads of the lost pages
+/// raise `SIGBUS`. cntkio's own writers never modify a file in place: they write a temporary file and
+/// rename it over the target, which leaves an existing map of the old file intact.
+pub(crate) fn map_readonly(file: &File) -> io::Result<Mmap> {
+    let len_before = file.metadata()?.len();
+    // SAFETY: the map is read-only and private to this process's address space; the caller opted in
+    // and promised (see `# Safety`) that nothing modifies or truncates the file while it is mapped.
+    // Every read of the map goes through bounds-checked slices of `Mmap`'s `Deref<Target = [u8]>`.
+    let map = unsafe { Mmap::map(file) }?;
+    debug_assert_eq!(map.len() as u64, len_before, "the file changed size while it was being mapped");
     #[cfg(unix)]
     {
-        // Sequential scans dominate; a failed hint is harmless.
-        let _ = m.advise(memmap2::Advice::Sequential);
+        // Mostly sequential scans; a failed hint is harmless.
+        let _ = map.advise(memmap2::Advice::Sequential);
     }
-    Ok(m)
+    Ok(map)
 }

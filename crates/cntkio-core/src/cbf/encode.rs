@@ -1,0 +1,280 @@
+//! Encoding: prefix, chunk records, header, trailer — byte for byte as CBF.md §1 and `ctf2bin.py` lay
+//! them out (little-endian, no padding).
+
+use super::{ChunkEntry, StreamHeader, MAGIC, VERSION};
+use crate::data::{ChunkData, Layout, StreamData, Values};
+use crate::error::{Error, ErrorKind};
+use crate::schema::StorageFormat;
+
+/// Appends the 12-byte prefix: magic and version.
+pub fn encode_prefix(out: &mut Vec<u8>) {
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&VERSION.to_le_bytes());
+}
+
+/// Appends the 8-byte trailer: the header's absolute offset.
+pub fn encode_trailer(header_offset: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(&header_offset.to_le_bytes());
+}
+
+/// Appends the header: sentinel, chunk count, stream count, stream headers (storage type, name length,
+/// name bytes, element type, dim) and chunk table entries (offset, sequences, samples).
+pub fn encode_header(streams: &[StreamHeader], chunks: &[ChunkEntry], out: &mut Vec<u8>) -> Result<(), Error> {
+    let c = u32::try_from(chunks.len())
+        .map_err(|_| Error::config(format!("{} chunks do not fit the 32-bit chunk count", chunks.len())))?;
+    let i = u32::try_from(streams.len())
+        .map_err(|_| Error::config(format!("{} streams do not fit the 32-bit stream count", streams.len())))?;
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&c.to_le_bytes());
+    out.extend_from_slice(&i.to_le_bytes());
+    for s in streams {
+        let name = s.name.as_bytes();
+        let len = u32::try_from(name.len()).map_err(|_| {
+            Error::new(ErrorKind::InvalidStream {
+                stream: s.name.clone(),
+                reason: "the name is longer than 4 GiB".into(),
+            })
+        })?;
+        if s.format == StorageFormat::Sparse && s.dim > i32::MAX as u32 {
+            return Err(Error::new(ErrorKind::InvalidStream {
+                stream: s.name.clone(),
+                reason: format!("sparse dim {} does not fit a 32-bit signed index", s.dim),
+            }));
+        }
+        out.push(match s.format {
+            StorageFormat::Dense => 0,
+            StorageFormat::Sparse => 1,
+        });
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(name);
+        out.push(match s.element_type {
+            crate::schema::ElementType::F32 => 0,
+            crate::schema::ElementType::F64 => 1,
+        });
+        out.extend_from_slice(&s.dim.to_le_bytes());
+    }
+    for ch in chunks {
+        out.extend_from_slice(&ch.offset.to_le_bytes());
+        out.extend_from_slice(&ch.num_sequences.to_le_bytes());
+        out.extend_from_slice(&ch.num_samples.to_le_bytes());
+    }
+    Ok(())
+}
+
+fn bad(seq: usize, what: impl std::fmt::Display) -> Error {
+    Error::config(format!("chunk data, sequence {seq}: {what}"))
+}
+
+/// Sequence `s`'s sample range of a stream, checked.
+fn seq_range(d: &StreamData, s: usize) -> Result<(u64, u64), Error> {
+    match (d.sequence_offsets.get(s), d.sequence_offsets.get(s + 1)) {
+        (Some(&a), Some(&b)) if a <= b => Ok((a, b)),
+        (Some(_), Some(_)) => Err(bad(s, "sequence offsets decrease")),
+        _ => Err(bad(s, format!("no such sequence ({} in the stream)", d.sequence_offsets.len().saturating_sub(1)))),
+    }
+}
+
+/// What a record covers: samples `a..b`, entries/values `e0..e1`.
+struct Span {
+    n: u32,
+    e0: usize,
+    e1: usize,
+}
+
+fn span(d: &StreamData, s: usize) -> Result<Span, Error> {
+    let (a, b) = seq_range(d, s)?;
+    let n = u32::try_from(b - a).map_err(|_| bad(s, format!("{} samples do not fit a 32-bit count", b - a)))?;
+    match &d.layout {
+        Layout::Dense => {
+            let e = |x: u64| usize::try_from(x).ok().and_then(|x| x.checked_mul(d.dim));
+            match (e(a), e(b)) {
+                (Some(e0), Some(e1)) if e1 <= d.values.len() => Ok(Span { n, e0, e1 }),
+                _ => Err(bad(s, format!("samples {a}..{b} × dim {} exceed the {} values", d.dim, d.values.len()))),
+            }
+        }
+        Layout::Sparse { indices, sample_offsets } => {
+            let g = |k: u64| usize::try_from(k).ok().and_then(|k| sample_offsets.get(k).copied());
+            match (g(a), g(b)) {
+                (Some(e0), Some(e1)) if e0 <= e1 && (e1 as usize) <= d.values.len().min(indices.len()) => {
+                    let nnz = e1 - e0;
+                    if nnz > i32::MAX as u64 {
+                        return Err(bad(s, format!("{nnz} entries do not fit the 31-bit NNZ")));
+                    }
+                    Ok(Span { n, e0: e0 as usize, e1: e1 as usize })
+                }
+                _ => Err(bad(s, "sample offsets are out of range or decrease")),
+            }
+        }
+    }
+}
+
+/// Size in bytes of sequence `s`'s record of this stream: `4 + N·dim·size` (dense) or
+/// `8 + NNZ·(size + 4) + 4·N` (sparse).
+pub fn record_len(d: &StreamData, s: usize) -> Result<u64, Error> {
+    let sp = span(d, s)?;
+    let es = d.values.element_type().size_bytes() as u64;
+    let nv = (sp.e1 - sp.e0) as u64;
+    Ok(match d.layout {
+        Layout::Dense => 4 + nv * es,
+        Layout::Sparse { .. } => 8 + nv * (es + 4) + 4 * u64::from(sp.n),
+    })
+}
+
+/// Size in bytes sequence `s` takes in a chunk: its 4-byte meta count plus one record per stream.
+pub fn sequence_len_bytes(data: &ChunkData, s: usize) -> Result<u64, Error> {
+    let mut n = 4u64;
+    for d in &data.streams {
+        n += record_len(d, s)?;
+    }
+    Ok(n)
+}
+
+/// Appends sequence `s`'s record of a stream (CBF.md §1.7/§1.8). Sparse entries are written in the
+/// order they have in `d` (not sorted); per-sample counts are the differences of `sample_offsets`.
+/// Fails (writing nothing) if the data are inconsistent, a count does not fit its field, or a sparse
+/// index lies outside `[0, dim)`.
+pub fn encode_record(d: &StreamData, s: usize, out: &mut Vec<u8>) -> Result<(), Error> {
+    let sp = span(d, s)?;
+    match &d.layout {
+        Layout::Dense => {
+            out.extend_from_slice(&sp.n.to_le_bytes());
+            put_values(out, &d.values, sp.e0..sp.e1);
+        }
+        Layout::Sparse { indices, sample_offsets } => {
+            let idx = &indices[sp.e0..sp.e1];
+            let dim = d.dim;
+            if idx.iter().any(|&x| x < 0 || x as usize >= dim) {
+                let bad_idx = idx.iter().copied().find(|&x| x < 0 || x as usize >= dim).unwrap_or(0);
+                return Err(bad(s, format!("sparse index {bad_idx} is outside [0, {dim})")));
+            }
+            let (a, b) = seq_range(d, s)?;
+            let rec_start = out.len();
+            out.extend_from_slice(&sp.n.to_le_bytes());
+            out.extend_from_slice(&((sp.e1 - sp.e0) as u32).to_le_bytes());
+            put_values(out, &d.values, sp.e0..sp.e1);
+            put_i32s(out, idx);
+            // span() checked both ends; the per-sample offsets between them are monotone because the
+            // ends are and every window is checked here.
+            let offs = &sample_offsets[a as usize..=b as usize];
+            let start = out.len();
+            out.resize(start + 4 * (offs.len() - 1), 0);
+            for (dst, w) in out[start..].chunks_exact_mut(4).zip(offs.windows(2)) {
+                let c = w[1].checked_sub(w[0]).filter(|&c| c <= i32::MAX as u64);
+                match c {
+                    Some(c) => dst.copy_from_slice(&(c as u32).to_le_bytes()),
+                    None => {
+                        out.truncate(rec_start);
+                        return Err(bad(s, "sample offsets decrease"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Appends a whole chunk: the meta counts (`data.num_samples`, one per sequence) then, stream after
+/// stream, each sequence's record. Fails if the streams' sequence counts differ from `data.keys` and
+/// `data.num_samples`, or a record cannot be encoded (see [`encode_record`]); `out` is then left as it
+/// was.
+pub fn encode_chunk(data: &ChunkData, out: &mut Vec<u8>) -> Result<(), Error> {
+    let n = data.num_samples.len();
+    if data.keys.len() != n {
+        return Err(Error::config(format!("chunk data has {} keys but {} sample counts", data.keys.len(), n)));
+    }
+    if let Some((i, d)) = data.streams.iter().enumerate().find(|(_, d)| d.num_sequences() != n) {
+        return Err(Error::config(format!("chunk data stream {i} has {} sequences, the chunk {n}", d.num_sequences())));
+    }
+    let start = out.len();
+    let mut total = 4 * n as u64;
+    for d in &data.streams {
+        for s in 0..n {
+            total += record_len(d, s)?;
+        }
+    }
+    out.reserve(usize::try_from(total).map_err(|_| Error::config("chunk too large for memory"))?);
+    put_u32s(out, &data.num_samples);
+    for d in &data.streams {
+        for s in 0..n {
+            if let Err(e) = encode_record(d, s, out) {
+                out.truncate(start);
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Encodes a whole file: prefix, the chunks in order, header, trailer. Each chunk table entry's sample
+/// count is the sum of that chunk's `num_samples` (meta counts). The element type written for each
+/// stream is `streams[i].element_type`; each chunk's values must be of that type.
+pub fn encode_file(streams: &[StreamHeader], chunks: &[ChunkData]) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::new();
+    encode_prefix(&mut out);
+    let mut table = Vec::with_capacity(chunks.len());
+    for (k, c) in chunks.iter().enumerate() {
+        if c.streams.len() != streams.len()
+            || c.streams.iter().zip(streams).any(|(d, h)| {
+                d.format() != h.format || d.dim != h.dim as usize || d.values.element_type() != h.element_type
+            })
+        {
+            return Err(Error::config(format!("chunk {k}'s streams do not match the stream headers")));
+        }
+        let offset = out.len() as u64;
+        encode_chunk(c, &mut out)?;
+        let samples: u64 = c.num_samples.iter().map(|&x| u64::from(x)).sum();
+        table.push(ChunkEntry {
+            offset,
+            num_sequences: u32::try_from(c.num_sequences())
+                .map_err(|_| Error::config(format!("chunk {k} has more than 2^32 − 1 sequences")))?,
+            num_samples: u32::try_from(samples)
+                .map_err(|_| Error::config(format!("chunk {k}'s meta counts sum to more than 2^32 − 1")))?,
+        });
+    }
+    let header_offset = out.len() as u64;
+    encode_header(streams, &table, &mut out)?;
+    encode_trailer(header_offset, &mut out);
+    Ok(out)
+}
+
+/// Appends `v[range]` little-endian: one resize, then a loop the compiler turns into a copy on
+/// little-endian targets.
+#[inline]
+fn put_values(out: &mut Vec<u8>, v: &Values, range: std::ops::Range<usize>) {
+    match v {
+        Values::F32(v) => {
+            let v = &v[range];
+            let start = out.len();
+            out.resize(start + 4 * v.len(), 0);
+            for (dst, x) in out[start..].chunks_exact_mut(4).zip(v) {
+                dst.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        Values::F64(v) => {
+            let v = &v[range];
+            let start = out.len();
+            out.resize(start + 8 * v.len(), 0);
+            for (dst, x) in out[start..].chunks_exact_mut(8).zip(v) {
+                dst.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+    }
+}
+
+#[inline]
+fn put_i32s(out: &mut Vec<u8>, v: &[i32]) {
+    let start = out.len();
+    out.resize(start + 4 * v.len(), 0);
+    for (dst, x) in out[start..].chunks_exact_mut(4).zip(v) {
+        dst.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+#[inline]
+pub(crate) fn put_u32s(out: &mut Vec<u8>, v: &[u32]) {
+    let start = out.len();
+    out.resize(start + 4 * v.len(), 0);
+    for (dst, x) in out[start..].chunks_exact_mut(4).zip(v) {
+        dst.copy_from_slice(&x.to_le_bytes());
+    }
+}

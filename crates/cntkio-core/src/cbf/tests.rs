@@ -1,0 +1,121 @@
+use super::*;
+use crate::ctf::parse::{parse_bytes, FailFast};
+use crate::data::{Layout, Values};
+use crate::schema::{StorageFormat, StreamSpec};
+
+/// CBF.md §6.2: the complete 178-byte file.
+pub(crate) const EXAMPLE_178: &str = "\
+6e69625f6b746e6301000000020000000100000002000000030000000000003f\
+000000400000803f010000000300000002000000020000000100000001000000\
+01000000000080bf0000000001000000010000000000803f0000004001000000\
+00004040000080406e69625f6b746e6301000000020000000108000000666561\
+7475726573000400000000060000006c6162656c7300020000000c0000000000\
+000002000000030000006800000000000000";
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+fn schema() -> Schema {
+    Schema::new(vec![
+        StreamSpec::new("features", 4, StorageFormat::Sparse).alias("x"),
+        StreamSpec::new("labels", 2, StorageFormat::Dense).alias("y"),
+    ])
+    .unwrap()
+}
+
+/// Sorts each sparse sample's entries by index (stable), as ctf2bin.py does.
+fn sort_sparse(d: &mut ChunkData) {
+    for s in &mut d.streams {
+        if let (Layout::Sparse { indices, sample_offsets }, Values::F32(v)) = (&mut s.layout, &mut s.values) {
+            for w in sample_offsets.windows(2) {
+                let (a, b) = (w[0] as usize, w[1] as usize);
+                let mut e: Vec<(i32, f32)> = indices[a..b].iter().copied().zip(v[a..b].iter().copied()).collect();
+                e.sort_by_key(|p| p.0);
+                for (k, (i, x)) in e.into_iter().enumerate() {
+                    indices[a + k] = i;
+                    v[a + k] = x;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn example_178_bytes() {
+    let expected = unhex(EXAMPLE_178);
+    assert_eq!(expected.len(), 178);
+    let mut data =
+        parse_bytes(b"0 |x 3:2 1:0.5 |y 1 2\n0 |x 2:1\n1 |x 0:-1 |y 3 4\n", &schema(), false, &mut FailFast).unwrap();
+    sort_sparse(&mut data);
+    let file = encode_file(&StreamHeader::from_schema(&schema()), std::slice::from_ref(&data)).unwrap();
+    assert_eq!(file, expected);
+
+    let (h, chunks) = decode_file(&file, &Limits::default()).unwrap();
+    assert_eq!(h.header_offset(), 104);
+    assert_eq!(h.chunks(), &[ChunkEntry { offset: 12, num_sequences: 2, num_samples: 3 }]);
+    assert_eq!(h.streams()[0].name, "features");
+    assert_eq!(h.chunk_range(0), Some(12..104));
+    assert_eq!(chunks[0], data);
+}
+
+#[test]
+fn unsorted_entries_stay_in_file_order() {
+    let data = parse_bytes(b"0 |x 3:2 1:0.5 |y 1 2\n", &schema(), false, &mut FailFast).unwrap();
+    let file = encode_file(&StreamHeader::from_schema(&schema()), std::slice::from_ref(&data)).unwrap();
+    let (_, chunks) = decode_file(&file, &Limits::default()).unwrap();
+    let Layout::Sparse { indices, .. } = &chunks[0].streams[0].layout else { panic!() };
+    assert_eq!(indices, &[3, 1]);
+}
+
+#[test]
+fn header_errors_name_their_field() {
+    let good = unhex(EXAMPLE_178);
+    let field = |f: &[u8]| match Header::from_file_bytes(f, &Limits::default()).unwrap_err().into_kind() {
+        ErrorKind::CbfFormat { field, .. } => field,
+        ErrorKind::Limit { what, .. } => what,
+        k => panic!("{k:?}"),
+    };
+    let mut f = good.clone();
+    f[0] ^= 1;
+    assert_eq!(field(&f), "magic");
+    let mut f = good.clone();
+    f[8] = 2;
+    assert_eq!(field(&f), "version");
+    let mut f = good.clone();
+    f[170] = 0x69;
+    assert_eq!(field(&f), "header sentinel");
+    let mut f = good.clone();
+    f[170..178].copy_from_slice(&(-5i64).to_le_bytes());
+    assert_eq!(field(&f), "header offset");
+    assert_eq!(field(&good[..30]), "file length");
+}
+
+#[test]
+fn empty_file_and_zero_chunks() {
+    let file = encode_file(&StreamHeader::from_schema(&schema()), &[]).unwrap();
+    let (h, chunks) = decode_file(&file, &Limits::default()).unwrap();
+    assert!(chunks.is_empty());
+    assert_eq!(h.num_sequences(), 0);
+}
+
+#[test]
+fn convert_and_precision() {
+    let data = parse_bytes(b"0 |x 1:0.1 |y 1 2\n", &schema(), false, &mut FailFast).unwrap();
+    let file = encode_file(&StreamHeader::from_schema(&schema()), &[data]).unwrap();
+    let (h, mut chunks) = decode_file(&file, &Limits::default()).unwrap();
+    assert!(h.check_precision(ElementType::F32).is_ok());
+    assert!(h.check_precision(ElementType::F64).is_err());
+    convert_element_type(&mut chunks[0], ElementType::F64);
+    assert_eq!(chunks[0].streams[0].values, Values::F64(vec![f64::from(0.1f32)]));
+}
+
+#[test]
+fn renames() {
+    let file = unhex(EXAMPLE_178);
+    let mut h = Header::from_file_bytes(&file, &Limits::default()).unwrap();
+    let unused = h.rename(&[("labels".into(), "y".into()), ("nope".into(), "z".into())]).unwrap();
+    assert_eq!(unused, vec![("nope".to_string(), "z".to_string())]);
+    assert_eq!(h.streams()[1].name, "y");
+    assert!(h.rename(&[("y".into(), "features".into())]).is_err());
+}

@@ -1,0 +1,235 @@
+//! CBF files: [`CbfFile`] reads them (header once, chunks on demand), [`CbfWriter`] writes them.
+//!
+//! ```
+//! use cntkio::cbf::{CbfFile, CbfWriter};
+//! use cntkio_core::{ctf::parse::{parse_bytes, FailFast}, Schema, StreamSpec, StorageFormat};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("data.bin");
+//! let schema = Schema::new(vec![
+//!     StreamSpec::new("features", 2, StorageFormat::Dense).alias("x"),
+//!     StreamSpec::new("labels", 3, StorageFormat::Sparse).alias("y"),
+//! ]).unwrap();
+//! let data = parse_bytes(b"0 |x 1 2 |y 0:1\n1 |x 3 4 |y 2:1\n", &schema, false, &mut FailFast).unwrap();
+//!
+//! let mut w = CbfWriter::create(&path, &schema, 32 << 20).unwrap();
+//! w.write(&data).unwrap();
+//! let summary = w.finish().unwrap();
+//! assert_eq!((summary.chunks, summary.sequences), (1, 2));
+//!
+//! let f = CbfFile::open(&path).unwrap();
+//! assert_eq!(f.chunk_count(), 1);
+//! assert_eq!(f.streams()[1].name, "labels");
+//! assert_eq!(f.read_chunk(0).unwrap().streams, data.streams);
+//! ```
+
+mod writer;
+
+pub use cntkio_core::cbf::{ChunkEntry, DecodeSummary, Header, Limits, StreamHeader};
+pub use writer::{CbfSummary, CbfWriter, CbfWriterOptions, Chunking, EmptyStreams, MetaCounts};
+
+use crate::mmap;
+use cntkio_core::cbf::{self as codec, ChunkDecoder};
+use cntkio_core::{ChunkData, ElementType, Error, Schema};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// How a [`CbfFile`] is opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CbfOptions {
+    /// Read chunks through a read-only memory map instead of positional reads.
+    ///
+    /// By setting this you promise that the file is not modified or truncated while the [`CbfFile`]
+    /// is alive (another process truncating it would crash this one with `SIGBUS`). Files written by
+    /// [`CbfWriter`] are replaced by rename, which is safe.
+    pub mmap: bool,
+    /// Caps on what the file may ask for.
+    pub limits: Limits,
+    /// Stream renames, `(name in the file, new name)` — CNTK's
+    /// `input = [ newName = [ alias = "nameInFile" ] ]` (CBF.md §5). A name that matches no stream is
+    /// ignored, as in CNTK (a warning is logged).
+    pub renames: Vec<(String, String)>,
+}
+
+impl CbfOptions {
+    /// Opts in to memory mapping (see the field's promise).
+    pub fn mmap(mut self, yes: bool) -> Self {
+        self.mmap = yes;
+        self
+    }
+    /// Sets the limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+    /// Adds a rename of the file's stream `name_in_file` to `new_name`.
+    pub fn rename(mut self, name_in_file: impl Into<String>, new_name: impl Into<String>) -> Self {
+        self.renames.push((name_in_file.into(), new_name.into()));
+        self
+    }
+}
+
+/// An open CBF file: its validated header, and chunks read on demand.
+///
+/// Chunk `k` of the file is chunk `k` of the reader; sequence keys are global sequence indices;
+/// [`ChunkData::num_samples`] holds the file's per-sequence meta counts (CBF.md §4).
+#[derive(Debug)]
+pub struct CbfFile {
+    path: PathBuf,
+    file: File,
+    map: Option<memmap2::Mmap>,
+    header: Header,
+}
+
+fn io_err(op: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::io(format!("{op} {}", path.display()), e).with_path(path.display().to_string())
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` without moving a shared cursor.
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        let mut done = 0;
+        while done < buf.len() {
+            let n = std::os::windows::fs::FileExt::seek_read(file, &mut buf[done..], offset + done as u64)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            done += n;
+        }
+        Ok(())
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::Start(offset))?;
+        f.read_exact(buf)
+    }
+}
+
+impl CbfFile {
+    /// Opens a file with default options (positional reads, default limits, no renames).
+    pub fn open(path: impl AsRef<Path>) -> Result<CbfFile, Error> {
+        CbfFile::open_with(path, &CbfOptions::default())
+    }
+
+    /// Opens a file: reads and validates the prefix, trailer and header with plain reads (the header's
+    /// size is checked against the limits before it is read), applies renames, and maps the file if
+    /// asked to. Errors carry the path.
+    pub fn open_with(path: impl AsRef<Path>, options: &CbfOptions) -> Result<CbfFile, Error> {
+        let path = path.as_ref();
+        let p = path.display().to_string();
+        let file = File::open(path).map_err(|e| io_err("open", path, e))?;
+        let len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
+        let header = (|| {
+            if len < codec::MIN_FILE_LEN {
+                return Err(Error::cbf(
+                    "file length",
+                    0,
+                    format!("the file has {len} bytes; a CBF file has at least {}", codec::MIN_FILE_LEN),
+                ));
+            }
+            let mut prefix = [0u8; 12];
+            read_at(&file, &mut prefix, 0).map_err(|e| io_err("read", path, e))?;
+            codec::check_prefix(prefix)?;
+            let mut trailer = [0u8; 8];
+            read_at(&file, &mut trailer, len - codec::TRAILER_LEN).map_err(|e| io_err("read", path, e))?;
+            let header_offset = codec::read_trailer(trailer);
+            let range = Header::byte_range(header_offset, len, &options.limits)?;
+            let mut buf = vec![0u8; (range.end - range.start) as usize];
+            read_at(&file, &mut buf, range.start).map_err(|e| io_err("read", path, e))?;
+            let mut header = Header::parse(&buf, header_offset, len, &options.limits)?;
+            for (from, to) in header.rename(&options.renames)? {
+                log::warn!("{p}: rename of stream \"{from}\" to \"{to}\" ignored: the file has no stream \"{from}\"");
+            }
+            Ok(header)
+        })()
+        .map_err(|e: Error| if e.position().path.is_none() { e.with_path(p.clone()) } else { e })?;
+        let map = if options.mmap {
+            let m = mmap::map_readonly(&file).map_err(|e| io_err("map", path, e))?;
+            if m.len() as u64 != len {
+                return Err(Error::config(format!("{p} changed size while it was being opened")).with_path(p));
+            }
+            Some(m)
+        } else {
+            None
+        };
+        Ok(CbfFile { path: path.to_path_buf(), file, map, header })
+    }
+
+    /// The path given to `open`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The validated header (streams after renames).
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+    /// The streams in file order, after renames.
+    pub fn streams(&self) -> &[StreamHeader] {
+        self.header.streams()
+    }
+    /// A schema of the streams (names double as CTF aliases); fails for names that cannot be aliases.
+    pub fn schema(&self) -> Result<Schema, Error> {
+        self.header.schema()
+    }
+    /// Number of chunks.
+    pub fn chunk_count(&self) -> usize {
+        self.header.chunks().len()
+    }
+    /// The chunk table.
+    pub fn chunks(&self) -> &[ChunkEntry] {
+        self.header.chunks()
+    }
+    /// Whether chunks are read through a memory map.
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
+    }
+    /// CNTK's rule that every stream's element type equals the reader precision (CBF.md §3).
+    pub fn check_precision(&self, precision: ElementType) -> Result<(), Error> {
+        self.header.check_precision(precision).map_err(|e| e.with_path(self.path.display().to_string()))
+    }
+
+    /// Reads and decodes chunk `k`, with each stream in the file's element type.
+    pub fn read_chunk(&self, k: usize) -> Result<ChunkData, Error> {
+        let mut out = ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() };
+        self.read_chunk_into(k, &mut Vec::new(), &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads chunk `k` and converts every stream to `t` (the lenient alternative to
+    /// [`CbfFile::check_precision`]).
+    pub fn read_chunk_as(&self, k: usize, t: ElementType) -> Result<ChunkData, Error> {
+        let mut d = self.read_chunk(k)?;
+        codec::convert_element_type(&mut d, t);
+        Ok(d)
+    }
+
+    /// Reads chunk `k` into `out`, using `buf` for the raw bytes when the file is not mapped (both keep
+    /// their allocations across calls). On error `out`'s contents are unspecified.
+    pub fn read_chunk_into(&self, k: usize, buf: &mut Vec<u8>, out: &mut ChunkData) -> Result<DecodeSummary, Error> {
+        let p = || self.path.display().to_string();
+        let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(p()))?;
+        let r = dec.byte_range();
+        let res = match &self.map {
+            Some(m) => {
+                let bytes = m.get(r.start as usize..r.end as usize).ok_or_else(|| {
+                    Error::config(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
+                })?;
+                dec.decode_into(bytes, out)
+            }
+            None => {
+                buf.clear();
+                buf.resize((r.end - r.start) as usize, 0);
+                read_at(&self.file, buf, r.start).map_err(|e| io_err("read", &self.path, e))?;
+                dec.decode_into(buf, out)
+            }
+        };
+        res.map_err(|e| if e.position().path.is_none() { e.with_path(p()) } else { e })
+    }
+}

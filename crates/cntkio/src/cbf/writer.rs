@@ -1,0 +1,377 @@
+//! [`CbfWriter`]: sequences in, a CBF file out.
+
+use cntkio_core::cbf::{encode_header, encode_prefix, encode_record, encode_trailer, sequence_len_bytes};
+use cntkio_core::cbf::{ChunkEntry, StreamHeader};
+use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// How sequences are grouped into chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Chunking {
+    /// A chunk's encoded size stays at most `chunk_size` bytes (a larger sequence sits alone).
+    #[default]
+    Exact,
+    /// `ctf2bin.py`'s rule, bug included, for byte-identical output (CBF.md §7.5): a running estimate
+    /// (`dim·size` per dense sample, `nnz·(size+4)+4` per sparse sample, record headers and meta counts
+    /// not counted) grows with each sequence and is never reset; after a sequence is added, the chunk is
+    /// closed when the estimate is at least `chunk_size`. So the first chunk is the shortest prefix
+    /// reaching `chunk_size` and every later sequence gets its own chunk. An empty input gives one
+    /// empty chunk.
+    Ctf2binCompatible,
+}
+
+/// What each sequence's meta count (CBF.md §2) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MetaCounts {
+    /// The sequence's declared length, [`ChunkData::num_samples`].
+    #[default]
+    Declared,
+    /// The largest sample count over the streams (what `ctf2bin.py` writes).
+    MaxOverStreams,
+}
+
+/// What to do with a sequence that has no sample of some stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum EmptyStreams {
+    /// Fail with [`ErrorKind::EmptyStream`].
+    #[default]
+    Refuse,
+    /// Leave the sequence out (later sequences' keys shift down: CBF keys are positions).
+    Drop,
+}
+
+/// Options of a [`CbfWriter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CbfWriterOptions {
+    /// Chunk size in bytes (see [`Chunking`]).
+    pub chunk_size: u64,
+    /// The chunking rule.
+    pub chunking: Chunking,
+    /// The meta count rule.
+    pub meta_counts: MetaCounts,
+    /// The empty-stream rule.
+    pub empty_streams: EmptyStreams,
+}
+
+impl CbfWriterOptions {
+    /// Defaults with this chunk size: exact chunking, declared meta counts, refuse empty streams.
+    pub fn new(chunk_size: u64) -> CbfWriterOptions {
+        CbfWriterOptions {
+            chunk_size,
+            chunking: Chunking::Exact,
+            meta_counts: MetaCounts::Declared,
+            empty_streams: EmptyStreams::Refuse,
+        }
+    }
+    /// `ctf2bin.py`'s chunking and meta counts (for byte-identical output).
+    pub fn ctf2bin(chunk_size: u64) -> CbfWriterOptions {
+        CbfWriterOptions {
+            chunking: Chunking::Ctf2binCompatible,
+            meta_counts: MetaCounts::MaxOverStreams,
+            ..CbfWriterOptions::new(chunk_size)
+        }
+    }
+}
+
+/// What [`CbfWriter::finish`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CbfSummary {
+    /// Chunks written.
+    pub chunks: u64,
+    /// Sequences written.
+    pub sequences: u64,
+    /// Sum of the meta counts.
+    pub samples: u64,
+    /// Sequences left out under [`EmptyStreams::Drop`].
+    pub dropped_sequences: u64,
+    /// File size in bytes.
+    pub bytes: u64,
+}
+
+/// Writes a CBF file.
+///
+/// # What the writer puts on disk
+///
+/// Format version 1 exactly as CNTK reads it and `ctf2bin.py` writes it (CBF.md §1): prefix, chunks
+/// from byte 12 on with no gaps, header, trailer. Within a chunk: one meta count per sequence, then
+/// stream after stream (schema order), each sequence's record. Sparse entries are written in the order
+/// they have in the [`ChunkData`] (not sorted, unlike `ctf2bin.py`); per-sample counts are the
+/// differences of `sample_offsets`. Stream names are the schema's names (not the CTF aliases). Every
+/// stream's element type is the schema's; the data written must already be of that type.
+///
+/// **Meta counts** ([`MetaCounts`]): by default each sequence's declared length,
+/// [`ChunkData::num_samples`] — for data parsed from CTF that is what CNTK's CTF reader uses as the
+/// sequence length (rows, or rows mentioning the `definesMBSize` stream), so minibatch sizes come out the
+/// same from the CBF file as from the CTF file. `ctf2bin.py` writes the maximum over the streams of the
+/// records' sample counts instead ([`MetaCounts::MaxOverStreams`]); the two agree unless a stream marked
+/// `definesMBSize` is shorter than another stream. The chunk table's sample count is the sum of the
+/// chunk's meta counts.
+///
+/// **Chunking** ([`Chunking`]): by default a chunk holds consecutive sequences as long as its encoded
+/// size (meta counts plus records, in bytes) stays at most `chunk_size`; a sequence larger than
+/// `chunk_size` gets a chunk of its own; sequences are never split. An empty input gives a file with
+/// no chunks. [`Chunking::Ctf2binCompatible`] reproduces `ctf2bin.py`'s rule and its bug instead
+/// (CBF.md §7.5). Either way a chunk is also closed before it would exceed 2^32 − 1 sequences or meta
+/// samples (the table's 32-bit fields).
+///
+/// **Empty streams**: a sequence with no sample of some stream would be written as an `N = 0` record,
+/// which CNTK reads and then refuses (`Sequences must be a least one frame long`). The writer refuses
+/// such a sequence with [`cntkio_core::ErrorKind::EmptyStream`], or drops it when
+/// [`EmptyStreams::Drop`] is set (counted in [`CbfSummary::dropped_sequences`]).
+///
+/// **Atomicity**: everything is written to a temporary file in the target's directory, which is synced
+/// and renamed over the target by [`CbfWriter::finish`]. Dropping the writer without `finish` deletes
+/// the temporary file and leaves the target untouched; an existing target is never truncated (a
+/// reader that mapped it keeps its bytes).
+#[derive(Debug)]
+pub struct CbfWriter {
+    path: PathBuf,
+    out: Option<BufWriter<tempfile::NamedTempFile>>,
+    options: CbfWriterOptions,
+    streams: Vec<StreamHeader>,
+    /// Offset where the next chunk starts.
+    pos: u64,
+    table: Vec<ChunkEntry>,
+    meta: Vec<u32>,
+    records: Vec<Vec<u8>>,
+    pending_bytes: u64,
+    pending_samples: u64,
+    /// ctf2bin's never-reset estimate.
+    estimate: u64,
+    summary: CbfSummary,
+}
+
+impl CbfWriter {
+    /// A writer with default options and this chunk size in bytes.
+    pub fn create(path: impl AsRef<Path>, schema: &Schema, chunk_size: u64) -> Result<CbfWriter, Error> {
+        CbfWriter::with_options(path, schema, CbfWriterOptions::new(chunk_size))
+    }
+
+    /// A writer with options. Creates the temporary file next to `path` right away.
+    pub fn with_options(
+        path: impl AsRef<Path>,
+        schema: &Schema,
+        options: CbfWriterOptions,
+    ) -> Result<CbfWriter, Error> {
+        let path = path.as_ref().to_path_buf();
+        let streams = schema.streams().iter().map(StreamHeader::from_spec).collect::<Result<Vec<_>, Error>>()?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(&dir)
+            .map_err(|e| Error::io(format!("create a temporary file in {}", dir.display()), e))?;
+        let mut out = BufWriter::with_capacity(1 << 20, tmp);
+        let mut prefix = Vec::with_capacity(12);
+        encode_prefix(&mut prefix);
+        out.write_all(&prefix).map_err(|e| Error::io("write", e))?;
+        Ok(CbfWriter {
+            records: vec![Vec::new(); streams.len()],
+            path,
+            out: Some(out),
+            options,
+            streams,
+            pos: prefix.len() as u64,
+            table: Vec::new(),
+            meta: Vec::new(),
+            pending_bytes: 0,
+            pending_samples: 0,
+            estimate: 0,
+            summary: CbfSummary::default(),
+        })
+    }
+
+    /// The target path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends every sequence of `data` (keys are not stored: CBF keys are positions). The data must
+    /// match the schema (stream count, storage, dim, element type). On error the sequences before the
+    /// failing one are kept and the writer can go on.
+    pub fn write(&mut self, data: &ChunkData) -> Result<(), Error> {
+        self.check(data)?;
+        for s in 0..data.num_sequences() {
+            self.push(data, s)?;
+        }
+        Ok(())
+    }
+
+    /// Appends sequence `s` of `data`.
+    pub fn write_sequence(&mut self, data: &ChunkData, s: usize) -> Result<(), Error> {
+        self.check(data)?;
+        if s >= data.num_sequences() {
+            return Err(Error::config(format!("sequence {s} does not exist; the data have {}", data.num_sequences())));
+        }
+        self.push(data, s)
+    }
+
+    fn check(&self, data: &ChunkData) -> Result<(), Error> {
+        if data.streams.len() != self.streams.len() {
+            return Err(Error::config(format!(
+                "the data have {} streams, the schema {}",
+                data.streams.len(),
+                self.streams.len()
+            )));
+        }
+        for (d, h) in data.streams.iter().zip(&self.streams) {
+            if d.format() != h.format || d.dim != h.dim as usize || d.values.element_type() != h.element_type {
+                return Err(Error::new(ErrorKind::InvalidStream {
+                    stream: h.name.clone(),
+                    reason: format!(
+                        "the schema says {} {} dim {}, the data are {} {} dim {}",
+                        h.format.name(),
+                        h.element_type.cntk_name(),
+                        h.dim,
+                        d.format().name(),
+                        d.values.element_type().cntk_name(),
+                        d.dim
+                    ),
+                }));
+            }
+        }
+        let n = data.keys.len();
+        if data.num_samples.len() != n || data.streams.iter().any(|d| d.num_sequences() != n) {
+            return Err(Error::config(
+                "the data's keys, sample counts and streams disagree on the number of sequences",
+            ));
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, data: &ChunkData, s: usize) -> Result<(), Error> {
+        let key = data.keys[s];
+        let lens: Vec<u64> = data
+            .streams
+            .iter()
+            .map(|d| match (d.sequence_offsets.get(s), d.sequence_offsets.get(s + 1)) {
+                (Some(&a), Some(&b)) if a <= b => Ok(b - a),
+                _ => Err(Error::config(format!("sequence {s}: bad sequence offsets"))),
+            })
+            .collect::<Result<_, _>>()?;
+        let empty: Vec<String> =
+            lens.iter().zip(&self.streams).filter(|(&n, _)| n == 0).map(|(_, h)| h.name.clone()).collect();
+        if !empty.is_empty() {
+            return match self.options.empty_streams {
+                EmptyStreams::Refuse => {
+                    Err(Error::new(ErrorKind::EmptyStream { sequence: key, streams: empty }).with_sequence(key))
+                }
+                EmptyStreams::Drop => {
+                    self.summary.dropped_sequences += 1;
+                    Ok(())
+                }
+            };
+        }
+        let meta = match self.options.meta_counts {
+            MetaCounts::Declared => data.num_samples[s],
+            MetaCounts::MaxOverStreams => {
+                let m = lens.iter().copied().max().unwrap_or(0);
+                u32::try_from(m).map_err(|_| {
+                    Error::new(ErrorKind::SequenceTooLarge { sequence: key, len_bytes: m }).with_sequence(key)
+                })?
+            }
+        };
+        let bytes = sequence_len_bytes(data, s)?;
+        let full = !self.meta.is_empty()
+            && (self.meta.len() == u32::MAX as usize || self.pending_samples + u64::from(meta) > u64::from(u32::MAX));
+        let over = self.options.chunking == Chunking::Exact
+            && !self.meta.is_empty()
+            && self.pending_bytes + bytes > self.options.chunk_size;
+        if full || over {
+            self.flush_chunk()?;
+        }
+        let marks: Vec<usize> = self.records.iter().map(Vec::len).collect();
+        for (i, d) in data.streams.iter().enumerate() {
+            if let Err(e) = encode_record(d, s, &mut self.records[i]) {
+                for (r, &m) in self.records.iter_mut().zip(&marks) {
+                    r.truncate(m);
+                }
+                return Err(e.with_sequence(key));
+            }
+        }
+        self.meta.push(meta);
+        self.pending_bytes += bytes;
+        self.pending_samples += u64::from(meta);
+        if self.options.chunking == Chunking::Ctf2binCompatible {
+            self.estimate += ctf2bin_estimate(data, s);
+            if self.estimate >= self.options.chunk_size {
+                self.flush_chunk()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_chunk(&mut self) -> Result<(), Error> {
+        let out = self.out.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
+        let mut meta = Vec::with_capacity(4 * self.meta.len());
+        for m in &self.meta {
+            meta.extend_from_slice(&m.to_le_bytes());
+        }
+        let io = |e| Error::io("write a CBF chunk", e);
+        out.write_all(&meta).map_err(io)?;
+        for r in &self.records {
+            out.write_all(r).map_err(io)?;
+        }
+        self.table.push(ChunkEntry {
+            offset: self.pos,
+            num_sequences: self.meta.len() as u32,
+            num_samples: self.pending_samples as u32,
+        });
+        self.pos += self.pending_bytes;
+        self.summary.chunks += 1;
+        self.summary.sequences += self.meta.len() as u64;
+        self.summary.samples += self.pending_samples;
+        self.meta.clear();
+        for r in &mut self.records {
+            r.clear();
+        }
+        self.pending_bytes = 0;
+        self.pending_samples = 0;
+        Ok(())
+    }
+
+    /// Writes the last chunk, the header and the trailer, syncs the file and renames it over the
+    /// target.
+    pub fn finish(mut self) -> Result<CbfSummary, Error> {
+        let last =
+            !self.meta.is_empty() || (self.options.chunking == Chunking::Ctf2binCompatible && self.table.is_empty());
+        if last {
+            self.flush_chunk()?;
+        }
+        let header_offset = self.pos;
+        let mut tail = Vec::new();
+        encode_header(&self.streams, &self.table, &mut tail)?;
+        encode_trailer(header_offset, &mut tail);
+        let out = self.out.take().ok_or_else(|| Error::config("the writer is finished"))?;
+        let mut out = out;
+        out.write_all(&tail).map_err(|e| Error::io("write the CBF header", e))?;
+        let tmp = out.into_inner().map_err(|e| Error::io("flush", e.into_error()))?;
+        tmp.as_file().sync_all().map_err(|e| Error::io("sync", e))?;
+        tmp.persist(&self.path)
+            .map_err(|e| Error::io(format!("rename the temporary file to {}", self.path.display()), e.error))?;
+        self.summary.bytes = header_offset + tail.len() as u64;
+        Ok(self.summary)
+    }
+}
+
+/// `ctf2bin.py`'s size estimate of a sequence (CBF.md §7.5).
+fn ctf2bin_estimate(data: &ChunkData, s: usize) -> u64 {
+    let mut e = 0u64;
+    for d in &data.streams {
+        let es = d.values.element_type().size_bytes() as u64;
+        let (a, b) = (d.sequence_offsets[s], d.sequence_offsets[s + 1]);
+        e += match &d.layout {
+            Layout::Dense => (b - a) * d.dim as u64 * es,
+            Layout::Sparse { sample_offsets, .. } => {
+                let nnz = sample_offsets[b as usize] - sample_offsets[a as usize];
+                nnz * (es + 4) + 4 * (b - a)
+            }
+        };
+    }
+    e
+}
