@@ -26,6 +26,28 @@ pub enum Command {
     Dump(DumpArgs),
     /// Measure index and parse throughput (MB/s, samples/s).
     Bench(BenchArgs),
+    /// Convert CTF to CBF (like CNTK's ctf2bin.py) or CBF back to CTF; the input's format is detected.
+    Convert(ConvertArgs),
+}
+
+/// `convert`.
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// Input file (CTF or CBF, told apart by the CBF magic number).
+    pub input: PathBuf,
+    /// Output file (written to a temporary file beside it, renamed when complete).
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// Streams from a ctf2bin.py header file (lines `name alias dense|sparse dim`).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["streams", "config"])]
+    pub header: Option<PathBuf>,
+    /// Chunk exactly as ctf2bin.py does, bug included (for byte-identical files).
+    #[arg(long)]
+    pub ctf2bin_compatible: bool,
+    /// Write each sequence's meta count as its longest stream (ctf2bin.py) instead of its declared length.
+    #[arg(long)]
+    pub max_over_streams: bool,
 }
 
 /// How to read CTF: the schema and CNTK's deserializer options.
@@ -278,6 +300,20 @@ impl ReadArgs {
         Ok(())
     }
 
+    /// The reader options given by the flags (CNTK's defaults otherwise).
+    pub fn options(&self) -> CtfOptions {
+        let mut opts = CtfOptions::default();
+        if let Some(n) = self.max_errors {
+            opts.max_errors = n;
+        }
+        opts.skip_sequence_ids = self.skip_sequence_ids;
+        if let Some(c) = self.chunk_size {
+            opts.chunk_size = c;
+        }
+        opts.cache_index = self.cache_index;
+        opts
+    }
+
     /// The schema and options given by the flags.
     pub fn schema_and_options(&self) -> Result<(Schema, CtfOptions), Error> {
         let element_type = match &self.precision {
@@ -308,17 +344,7 @@ impl ReadArgs {
                 }
             }
         }
-        let schema = Schema::new(streams)?;
-        let mut opts = CtfOptions::default();
-        if let Some(n) = self.max_errors {
-            opts.max_errors = n;
-        }
-        opts.skip_sequence_ids = self.skip_sequence_ids;
-        if let Some(c) = self.chunk_size {
-            opts.chunk_size = c;
-        }
-        opts.cache_index = self.cache_index;
-        Ok((schema, opts))
+        Ok((Schema::new(streams)?, self.options()))
     }
 
     /// Threads to use.

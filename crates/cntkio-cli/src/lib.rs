@@ -6,6 +6,7 @@
 
 mod args;
 mod bench;
+mod convert;
 mod dump;
 mod inspect;
 mod output;
@@ -49,6 +50,7 @@ where
         args::Command::Inspect(a) => inspect::run(a, cli.quiet),
         args::Command::Dump(a) => dump::run(a, cli.quiet),
         args::Command::Bench(a) => bench::run(a, cli.quiet),
+        args::Command::Convert(a) => convert::run(a, cli.quiet),
     };
     match r {
         Ok(code) => ExitCode::from(code),

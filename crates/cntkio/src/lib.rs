@@ -9,6 +9,7 @@ pub use cntkio_core::{
 
 pub mod cbf;
 pub mod config;
+pub mod convert;
 pub mod options;
 pub mod randomize;
 pub use options::CtfOptions;
