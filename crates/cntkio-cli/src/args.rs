@@ -204,7 +204,42 @@ pub fn parse_stream(s: &str, element_type: ElementType) -> Result<StreamSpec, Er
     Ok(spec)
 }
 
+/// One file to work on.
+#[derive(Debug, Clone)]
+pub enum Job {
+    /// A CTF file and how to read it.
+    Ctf(Input),
+    /// A CBF file (it carries its own streams).
+    Cbf(PathBuf),
+}
+
 impl ReadArgs {
+    /// The files to work on, in order: CBF files are recognised by their magic number; CTF files get the
+    /// schema of the flags or of the config.
+    pub fn jobs(&self, files: &[PathBuf]) -> Result<Vec<Job>, Error> {
+        if self.config.is_some() {
+            return Ok(self.inputs(files)?.into_iter().map(Job::Ctf).collect());
+        }
+        if files.is_empty() {
+            return Err(Error::config("no input file given (give FILE arguments or --config FILE.cntk)"));
+        }
+        let mut jobs = Vec::new();
+        let mut ctf: Option<(Schema, CtfOptions)> = None;
+        for f in files {
+            match cntkio::convert::detect_format(f)? {
+                cntkio::convert::Format::Cbf => jobs.push(Job::Cbf(f.clone())),
+                cntkio::convert::Format::Ctf => {
+                    if ctf.is_none() {
+                        ctf = Some(self.schema_and_options()?);
+                    }
+                    let (schema, options) = ctf.clone().expect("set above");
+                    jobs.push(Job::Ctf(Input { path: f.clone(), schema, options }));
+                }
+            }
+        }
+        Ok(jobs)
+    }
+
     /// The inputs to read: `files` with the schema of the flags (or of the config), or the config's files.
     pub fn inputs(&self, files: &[PathBuf]) -> Result<Vec<Input>, Error> {
         let Some(cfg_path) = &self.config else {

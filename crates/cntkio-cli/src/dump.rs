@@ -10,12 +10,23 @@ use std::ops::ControlFlow;
 
 /// Runs `dump`.
 pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
-    let inputs = a.read.inputs(&a.files)?;
+    let jobs = a.read.jobs(&a.files)?;
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
     let mut buf = ryu::Buffer::new();
     let mut out = Vec::with_capacity(1 << 20);
-    for input in &inputs {
+    for job in &jobs {
+        let input = match job {
+            crate::args::Job::Cbf(path) => {
+                let progress = Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "dumping", quiet);
+                let r = crate::cbf_cmds::dump(path, a.read.mmap, &mut w, &progress);
+                progress.finish();
+                w.flush().map_err(crate::output::stdout_error)?;
+                r?;
+                continue;
+            }
+            crate::args::Job::Ctf(input) => input,
+        };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);
         let file = InputFile::open(path, a.read.access())?;
         let progress = Progress::bytes(file.len(), "dumping", quiet);

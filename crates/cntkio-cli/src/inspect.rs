@@ -10,6 +10,10 @@ use serde_json::json;
 
 /// Runs `inspect`.
 pub fn run(a: &InspectArgs, quiet: bool) -> Result<u8, Error> {
+    if cntkio::convert::detect_format(&a.file)? == cntkio::convert::Format::Cbf {
+        crate::cbf_cmds::inspect(&a.file, a.json)?;
+        return Ok(EXIT_OK);
+    }
     let file = InputFile::open(&a.file, Access::Read)?;
     let progress = Progress::bytes(file.len(), "inspecting", quiet);
     let cfg = IndexConfig { skip_sequence_ids: a.skip_sequence_ids, main_alias: None, chunk_size: 32 << 20 };

@@ -6,6 +6,7 @@
 
 mod args;
 mod bench;
+mod cbf_cmds;
 mod convert;
 mod dump;
 mod inspect;

@@ -11,10 +11,52 @@ use std::ops::ControlFlow;
 
 /// Runs `validate` on every file; exit 1 if any is invalid.
 pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
-    let inputs = a.read.inputs(&a.files)?;
+    let jobs = a.read.jobs(&a.files)?;
     let mut reports = Vec::new();
     let mut any_invalid = false;
-    for input in &inputs {
+    for job in &jobs {
+        let input = match job {
+            crate::args::Job::Cbf(path) => {
+                let progress =
+                    Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "validating", quiet);
+                let r = crate::cbf_cmds::check(path, a.read.mmap, &progress);
+                progress.finish();
+                let (sequences, samples, findings, fatal) = match r {
+                    Ok((q, s, f)) => (q, s, f, None),
+                    Err(e) if e.is_io() => return Err(e),
+                    Err(e) => (0, 0, Vec::new(), Some(e.with_path(path.display().to_string()))),
+                };
+                let errors = findings.iter().filter(|f| f.fatal).count() as u64 + u64::from(fatal.is_some());
+                let valid = errors == 0;
+                any_invalid |= !valid;
+                let shown: Vec<Error> = fatal
+                    .into_iter()
+                    .chain(findings.iter().map(|f| crate::cbf_cmds::finding_error(path, f)))
+                    .take(a.limit)
+                    .collect();
+                if a.json {
+                    reports.push(json!({
+                        "path": path.display().to_string(), "format": "cbf", "valid": valid,
+                        "sequences": sequences, "samples": samples, "errors": errors,
+                        "warnings": findings.iter().filter(|f| !f.fatal).count(),
+                        "shown": shown.iter().map(error_json).collect::<Vec<_>>(),
+                    }));
+                } else {
+                    for e in &shown {
+                        eprint!("{}", render(e));
+                    }
+                    if !quiet || !valid {
+                        eprintln!(
+                            "{}: CBF, {sequences} sequences, {samples} samples; {errors} error(s): {}",
+                            path.display(),
+                            if valid { "valid" } else { "invalid: CNTK cannot read this file" }
+                        );
+                    }
+                }
+                continue;
+            }
+            crate::args::Job::Ctf(input) => input,
+        };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);
         let file = InputFile::open(path, a.read.access())?;
         let progress = Progress::bytes(file.len(), "validating", quiet);

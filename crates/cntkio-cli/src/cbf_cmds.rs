@@ -1,0 +1,240 @@
+//! The commands on CBF input.
+
+use crate::output::{push_dump_records, write_stdout, Progress};
+use cntkio::cbf::CbfFile;
+use cntkio::{ChunkData, Error, ErrorKind, Layout, StorageFormat};
+use serde_json::json;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+/// A problem found in a CBF file: (is it fatal for CNTK, message, byte offset).
+pub struct Finding {
+    /// CNTK cannot read the file because of it.
+    pub fatal: bool,
+    /// What.
+    pub message: String,
+    /// Where.
+    pub offset: Option<u64>,
+}
+
+/// Decodes every chunk and checks what CNTK would trip over. Returns (sequences, samples, findings).
+pub fn check(path: &Path, mmap: bool, progress: &Progress) -> Result<(u64, u64, Vec<Finding>), Error> {
+    let f = CbfFile::open_with(path, &cntkio::cbf::CbfOptions::default().mmap(mmap))?;
+    let mut findings = Vec::new();
+    let types: std::collections::BTreeSet<&str> = f.streams().iter().map(|s| s.element_type.cntk_name()).collect();
+    if types.len() > 1 {
+        findings.push(Finding {
+            fatal: true,
+            message: "streams mix float and double; CNTK requires every stream to match the reader's single precision"
+                .into(),
+            offset: None,
+        });
+    }
+    let (mut sequences, mut samples) = (0u64, 0u64);
+    let mut buf = Vec::new();
+    let mut data = ChunkData::new(&f.schema()?);
+    for (k, c) in f.chunks().iter().enumerate() {
+        let s = f.read_chunk_into(k, &mut buf, &mut data)?;
+        if s.meta_total != u64::from(c.num_samples) {
+            findings.push(Finding {
+                fatal: false,
+                message: format!(
+                    "chunk {k}: the chunk table says {} samples but the sequences' meta counts sum to {} (sweep sizes \
+                     and epochs will disagree with the data)",
+                    c.num_samples, s.meta_total
+                ),
+                offset: Some(c.offset),
+            });
+        }
+        for (si, st) in data.streams.iter().enumerate() {
+            for q in 0..st.num_sequences() {
+                if st.sequence_len(q) == 0 {
+                    findings.push(Finding {
+                        fatal: true,
+                        message: format!(
+                            "chunk {k}, sequence {}: stream \"{}\" has no sample; CNTK fails on such sequences \
+                             (\"Sequences must be a least one frame long\")",
+                            data.keys[q],
+                            f.streams()[si].name
+                        ),
+                        offset: Some(c.offset),
+                    });
+                }
+            }
+        }
+        sequences += data.num_sequences() as u64;
+        samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+        progress.set(c.offset);
+    }
+    Ok((sequences, samples, findings))
+}
+
+/// `dump` of a CBF file.
+pub fn dump(path: &Path, mmap: bool, w: &mut impl Write, progress: &Progress) -> Result<(), Error> {
+    let f = CbfFile::open_with(path, &cntkio::cbf::CbfOptions::default().mmap(mmap))?;
+    let schema = f.schema()?;
+    let mut rbuf = ryu::Buffer::new();
+    let mut out = Vec::with_capacity(1 << 20);
+    let mut buf = Vec::new();
+    let mut data = ChunkData::new(&schema);
+    for k in 0..f.chunk_count() {
+        f.read_chunk_into(k, &mut buf, &mut data)?;
+        out.clear();
+        push_dump_records(&mut out, &schema, &data, &mut rbuf);
+        write_stdout(w, &out)?;
+        progress.set(f.chunks()[k].offset);
+    }
+    Ok(())
+}
+
+/// `inspect` of a CBF file.
+pub fn inspect(path: &Path, json_out: bool) -> Result<(), Error> {
+    let f = CbfFile::open(path)?;
+    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let schema = f.schema()?;
+    let mut data = ChunkData::new(&schema);
+    let mut buf = Vec::new();
+    let n = schema.len();
+    let (mut samples, mut nnz, mut seqs_with) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
+    let mut lengths: Vec<u32> = Vec::new();
+    let mut chunks = Vec::new();
+    for (k, c) in f.chunks().iter().enumerate() {
+        f.read_chunk_into(k, &mut buf, &mut data)?;
+        lengths.extend_from_slice(&data.num_samples);
+        for (i, st) in data.streams.iter().enumerate() {
+            samples[i] += st.num_samples();
+            if let Layout::Sparse { indices, .. } = &st.layout {
+                nnz[i] += indices.len() as u64;
+            }
+            seqs_with[i] += (0..st.num_sequences()).filter(|&q| st.sequence_len(q) > 0).count() as u64;
+        }
+        let end = f.chunks().get(k + 1).map_or(f.header().header_offset(), |d| d.offset);
+        chunks.push(json!({"offset": c.offset, "bytes": end - c.offset, "sequences": c.num_sequences, "samples": c.num_samples}));
+    }
+    lengths.sort_unstable();
+    let q = |p: f64| lengths.get(((lengths.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
+    let streams: Vec<_> = f
+        .streams()
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            json!({
+                "name": s.name,
+                "storage": s.format.name(),
+                "element_type": s.element_type.cntk_name(),
+                "dim": s.dim,
+                "samples": samples[i],
+                "nnz": if s.format == StorageFormat::Sparse { json!(nnz[i]) } else { json!(null) },
+                "sequences": seqs_with[i],
+            })
+        })
+        .collect();
+    let report = json!({
+        "version": 1,
+        "path": path.display().to_string(),
+        "format": "cbf",
+        "bytes": len,
+        "cbf_version": 1,
+        "header_offset": f.header().header_offset(),
+        "sequences": lengths.len(),
+        "samples": lengths.iter().map(|&x| u64::from(x)).sum::<u64>(),
+        "sequence_length": {"unit": "meta samples", "min": q(0.0), "p50": q(0.5), "p90": q(0.9), "max": q(1.0)},
+        "streams": streams,
+        "chunks": chunks,
+    });
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        return Ok(());
+    }
+    println!("{}: CBF version 1, {} bytes, header at byte {}", path.display(), len, f.header().header_offset());
+    println!(
+        "  sequences {}   samples {}   chunks {}   sequence length: min {}, median {}, p90 {}, max {}",
+        report["sequences"],
+        report["samples"],
+        f.chunk_count(),
+        q(0.0),
+        q(0.5),
+        q(0.9),
+        q(1.0)
+    );
+    println!("  streams:");
+    for (i, s) in f.streams().iter().enumerate() {
+        println!(
+            "    {:<14} {:<6} {:<6} dim {:<9} samples {:<10}{}",
+            s.name,
+            s.format.name(),
+            s.element_type.cntk_name(),
+            s.dim,
+            samples[i],
+            if s.format == StorageFormat::Sparse { format!(" nnz {}", nnz[i]) } else { String::new() }
+        );
+    }
+    println!("  chunks:");
+    for (k, c) in chunks.iter().enumerate().take(20) {
+        println!(
+            "    {k:<5} at byte {:<12} {:>12} bytes  {:>8} sequences  {:>9} samples",
+            c["offset"], c["bytes"], c["sequences"], c["samples"]
+        );
+    }
+    if chunks.len() > 20 {
+        println!("    … {} more (see --json)", chunks.len() - 20);
+    }
+    Ok(())
+}
+
+/// Decodes every chunk on `threads` threads; returns (seconds, decoded bytes, samples).
+pub fn bench(path: &Path, mmap: bool, threads: usize) -> Result<(f64, u64, u64), Error> {
+    let f = CbfFile::open_with(path, &cntkio::cbf::CbfOptions::default().mmap(mmap))?;
+    let schema = f.schema()?;
+    let t = Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<Result<(u64, u64), Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                s.spawn(|| {
+                    let (mut bytes, mut samples) = (0u64, 0u64);
+                    let mut buf = Vec::new();
+                    let mut data = ChunkData::new(&schema);
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if k >= f.chunk_count() {
+                            return Ok((bytes, samples));
+                        }
+                        f.read_chunk_into(k, &mut buf, &mut data)?;
+                        samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+                        for st in &data.streams {
+                            bytes += (st.values.len() * st.values.element_type().size_bytes()) as u64;
+                            if let Layout::Sparse { indices, sample_offsets } = &st.layout {
+                                bytes += (indices.len() * 4 + sample_offsets.len() * 8) as u64;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::config("a decoder thread panicked"))))
+            .collect()
+    });
+    let secs = t.elapsed().as_secs_f64();
+    let (mut bytes, mut samples) = (0, 0);
+    for r in results {
+        let (b, s) = r?;
+        bytes += b;
+        samples += s;
+    }
+    Ok((secs, bytes, samples))
+}
+
+/// A CBF finding as an error value (for rendering).
+pub fn finding_error(path: &Path, f: &Finding) -> Error {
+    let mut e = Error::new(ErrorKind::CbfFormat {
+        field: "data".into(),
+        offset: f.offset.unwrap_or(0),
+        problem: f.message.clone(),
+    });
+    e.position_mut().byte = f.offset;
+    e.with_path(path.display().to_string())
+}
