@@ -46,7 +46,10 @@ pub fn snippet(e: &Error) -> Option<String> {
     let caret_at = rel - from;
     let mut caret_len = shown
         .get(caret_at..)
-        .map(|t| t.iter().take_while(|&&c| !matches!(c, b' ' | b'\t' | b'|' | b'\n' | b'\r')).count())
+        .map(|t| {
+            // The bad token: up to whitespace or '|' (and ':' after the first byte, to mark a sparse index).
+            1 + t.iter().skip(1).take_while(|&&c| !matches!(c, b' ' | b'\t' | b'|' | b'\n' | b'\r' | b':')).count()
+        })
         .unwrap_or(0)
         .clamp(1, 40);
     if caret_at >= shown.len() {

@@ -96,9 +96,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
                 errors += p.num_errors;
                 dropped += p.num_dropped;
                 warnings += p.num_warnings;
-                let mut all: Vec<&Error> = p.errors.iter().chain(&p.dropped).collect();
-                all.sort_by_key(|e| e.position().byte);
-                for e in all {
+                for e in &p.errors {
                     show(e, &mut shown);
                 }
                 if !a.json && shown < a.limit {

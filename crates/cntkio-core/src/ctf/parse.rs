@@ -583,7 +583,7 @@ fn read_sparse<T: Copy>(
             return fail(v, idx, q, FailKind::SparseAtEnd);
         }
         if index >= dim as u64 {
-            return fail(v, idx, q, FailKind::IndexRange(index));
+            return fail(v, idx, p, FailKind::IndexRange(index));
         }
         if s[q] != b':' {
             return fail(v, idx, q, FailKind::Colon(index, Some(s[q])));

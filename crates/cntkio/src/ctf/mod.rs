@@ -157,7 +157,7 @@ impl SequenceSource for CtfReader {
 /// Applies CNTK's `maxErrors` budget to a chunk's errors, in order. The error that exceeds it is returned
 /// as `MaxErrorsReached`.
 pub(crate) fn apply_budget(used: &mut u64, max_errors: u64, p: &ParsedChunk) -> Result<(), Error> {
-    for e in &p.errors {
+    for e in p.errors.iter().filter(|e| !matches!(e.kind(), ErrorKind::EmptyStream { .. })) {
         *used += 1;
         if *used > max_errors {
             let pos = e.position().clone();
@@ -167,7 +167,8 @@ pub(crate) fn apply_budget(used: &mut u64, max_errors: u64, p: &ParsedChunk) -> 
         }
     }
     // Errors beyond those kept (only when more than `keep` happened in one chunk).
-    let extra = p.num_errors - p.errors.len() as u64;
+    let kept = p.errors.iter().filter(|e| !matches!(e.kind(), ErrorKind::EmptyStream { .. })).count() as u64;
+    let extra = p.num_errors - kept;
     *used += extra;
     if *used > max_errors {
         return Err(Error::new(ErrorKind::MaxErrorsReached {

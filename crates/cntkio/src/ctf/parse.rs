@@ -26,12 +26,10 @@ pub struct ParsedChunk {
     pub desc: ChunkDesc,
     /// Its data (incomplete when `fatal` is set or parsing stopped early).
     pub data: ChunkData,
-    /// Counted errors (located), at most `keep` of them.
+    /// Counted errors and dropped-sequence errors (located, in the order found), at most `keep` of them.
     pub errors: Vec<Error>,
     /// Total number of counted errors.
     pub num_errors: u64,
-    /// Sequences dropped because a stream was empty (only with `skip_bad_sequences`), located; at most `keep`.
-    pub dropped: Vec<Error>,
     /// Total number of dropped sequences.
     pub num_dropped: u64,
     /// Warnings (located), when asked for.
@@ -48,7 +46,6 @@ struct Sink {
     policy: ParsePolicy,
     errors: Vec<Error>,
     num_errors: u64,
-    dropped: Vec<Error>,
     num_dropped: u64,
     warnings: Vec<(WarningKind, u64)>,
     num_warnings: u64,
@@ -79,8 +76,8 @@ impl ErrorSink for Sink {
     fn fatal(&mut self, e: Error) -> Result<(), Error> {
         if self.policy.skip_bad_sequences {
             self.num_dropped += 1;
-            if self.dropped.len() < self.policy.keep {
-                self.dropped.push(e);
+            if self.errors.len() < self.policy.keep {
+                self.errors.push(e);
             }
             Ok(())
         } else {
@@ -106,7 +103,6 @@ pub fn parse_chunk(
         policy,
         errors: Vec::new(),
         num_errors: 0,
-        dropped: Vec::new(),
         num_dropped: 0,
         warnings: Vec::new(),
         num_warnings: 0,
@@ -122,7 +118,6 @@ pub fn parse_chunk(
         };
         let mut loc = Locator::new(bytes, desc.offset, desc.first_line, &path);
         let errors = sink.errors.into_iter().map(|e| loc.locate(e)).collect();
-        let dropped = sink.dropped.into_iter().map(|e| loc.locate(e)).collect();
         let fatal = fatal.map(|e| loc.locate(e));
         let warnings = sink.warnings.into_iter().map(|(w, b)| (w, loc.position(b))).collect();
         ParsedChunk {
@@ -130,7 +125,6 @@ pub fn parse_chunk(
             data,
             errors,
             num_errors: sink.num_errors,
-            dropped,
             num_dropped: sink.num_dropped,
             warnings,
             num_warnings: sink.num_warnings,

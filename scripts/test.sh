@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs every test: the Rust workspace (unit, conformance, differential, property and CLI tests).
+# The conformance material is read from ../shared beside the repository (or $CNTKIO_SHARED_DIR).
+# Usage: bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --workspace --all-targets
+cargo test --workspace --doc
