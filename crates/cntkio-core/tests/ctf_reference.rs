@@ -220,21 +220,8 @@ fn compare(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-/// Known discrepancies of the library (each has an ignored test below); random cases that hit one are
-/// not compared, so the suite stays green while the bug is open.
 fn known_bug(case: &Case) -> Option<&'static str> {
-    let d = &case.data;
-    // Start of the data after the BOM and leading whitespace (as the indexer sees it).
-    let bom = d.iter().zip([0xEFu8, 0xBB, 0xBF]).take_while(|(a, b)| *a == b).count();
-    let start = bom + d[bom..].iter().take_while(|c| b" \t\n\x0b\x0c\r".contains(c)).count();
-    let id_mode = !case.skip_ids
-        && d.get(start).is_some_and(u8::is_ascii_digit)
-        && !(d.len() >= 2 && d[0] == 0xFF && d[1] == 0xFE);
-    let last_row = d.iter().rposition(|&c| c == b'\n').map_or(start, |k| (k + 1).max(start));
-    if id_mode && last_row < d.len() && d[last_row..].iter().all(u8::is_ascii_digit) {
-        return Some("digits-only last row without newline (bug 1)");
-    }
-    None
+    reference::known_bug(&case.data, case.skip_ids)
 }
 
 fn cfg(alias: &str, dense: bool, dim: usize) -> StreamCfg {
