@@ -451,3 +451,31 @@ fn bug_file_of_only_digits_has_no_sequence_id() {
         check(&c);
     }
 }
+
+/// Numbers of every digit-run length (the fast path reads digits 8 at a time and switches to f64
+/// accumulation after 15 digits; `D` overflows after 308 fraction digits) ended by every byte value.
+#[test]
+fn numbers_agree_at_every_length_and_terminator() {
+    let digits = "98765432109876543210".repeat(21);
+    let lens: Vec<usize> = (1..=24).chain(305..=312).chain(395..=405).collect();
+    let streams = vec![cfg("a", true, 3), cfg("b", false, 4)];
+    for &n in &lens {
+        let run = &digits[..n];
+        for form in [run.to_string(), format!("1.{run}"), format!("-{run}.5e-3"), format!("0.{run}e{}", n % 40)] {
+            for end in 0..=255u8 {
+                let mut data = format!("|a {form}").into_bytes();
+                data.push(end);
+                data.extend_from_slice(b" 7 |b 3:");
+                data.extend_from_slice(form.as_bytes());
+                data.push(end);
+                data.extend_from_slice(b"\n|a 1 |b 0:1\n");
+                for elem in [Elem::F32, Elem::F64] {
+                    let mut c = case(&data, streams.clone());
+                    c.elem = elem;
+                    c.max_errors = 10;
+                    check(&c);
+                }
+            }
+        }
+    }
+}

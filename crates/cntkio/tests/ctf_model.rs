@@ -825,6 +825,13 @@ fn large_files_match_reference() {
         data.extend_from_slice(row.as_bytes());
         i += 1;
     }
+    // One row longer than a scan window (a 5 MiB comment), in the middle of a sequence.
+    let at = data[..data.len() / 3].iter().rposition(|&c| c == b'\n').unwrap() + 1;
+    let id = std::str::from_utf8(&data[at..]).unwrap().split(|c: char| !c.is_ascii_digit()).next().unwrap().to_string();
+    let mut long = format!("{id} |a 1 2 |b 0:1 |#").into_bytes();
+    long.resize(long.len() + (5 << 20), b'x');
+    long.push(b'\n');
+    data.splice(at..at, long);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("large.ctf");
     std::fs::write(&path, &data).unwrap();
