@@ -79,10 +79,10 @@ pub enum ErrorKind {
     #[error("input file is empty")]
     EmptyFile,
     /// In id mode (the first row starts with a digit... or should), the first non-blank byte is neither a digit nor `|`.
-    #[error("expected a sequence id (digits) or '|' at the start of the first row, found {}", B(Some(*found)))]
+    #[error("expected a sequence id (digits followed by samples) or '|' at the start of the first row, found {}", B(*found))]
     MissingSequenceId {
-        /// The byte found.
-        found: u8,
+        /// The byte found (`None`: the file ends inside the first id).
+        found: Option<u8>,
     },
     /// A sequence id does not fit in 64 bits.
     #[error("sequence id overflows a 64-bit unsigned integer")]

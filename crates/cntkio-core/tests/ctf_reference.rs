@@ -220,10 +220,6 @@ fn compare(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-fn known_bug(case: &Case) -> Option<&'static str> {
-    reference::known_bug(&case.data, case.skip_ids)
-}
-
 fn cfg(alias: &str, dense: bool, dim: usize) -> StreamCfg {
     StreamCfg { name: alias.to_string(), alias: alias.to_string(), dense, dim, defines: false }
 }
@@ -262,9 +258,6 @@ proptest! {
     /// Random files: fast path (whole, chunked, parse_bytes) == reference.
     #[test]
     fn fast_path_matches_reference(c in gen::case()) {
-        if known_bug(&c).is_some() {
-            return Ok(());
-        }
         if let Err(m) = compare(&c) {
             prop_assert!(false, "{}", m);
         }
@@ -368,11 +361,9 @@ fn regressions_agree_with_reference() {
                         c.skip_ids = skip_ids;
                         c.elem = elem;
                         c.chunk_size = chunk_size;
-                        if known_bug(&c).is_none() {
-                            check(&c);
-                            c.streams[0].defines = true;
-                            check(&c);
-                        }
+                        check(&c);
+                        c.streams[0].defines = true;
+                        check(&c);
                     }
                 }
             }
@@ -422,15 +413,13 @@ fn generator_covers_the_interesting_outcomes() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Open bugs of the library (found by the tests above). Each test states the model's (= CNTK's)
-// behaviour; it is ignored while the bug is open so the branch stays green.
+// Bugs of the library found by the tests above (fixed); each test states the model's (= CNTK's) behaviour.
 
 /// Bug 1a: in id mode, a last row made only of digits and without `\n` is "no id" and — as in CNTK's
 /// `TextInputIndexBuilder` loop, which stops when reading the id hits the end of the file — it is not
-/// counted towards the sequence's declared length. cntkio counts it (declares 2 rows), so the sequence
-/// then fails "fewer samples than declared" (1 vs. 2), fatal with maxErrors = 0.
+/// counted towards the sequence's declared length (cntkio counted it, declared 2 rows, and then failed
+/// "fewer samples than declared" (1 vs. 2), fatal with maxErrors = 0).
 #[test]
-#[ignore = "bug: id mode counts a digits-only last row without newline as a row (declared 2, CNTK 1)"]
 fn bug_digits_only_last_row_is_not_counted() {
     let c = case(b"1 |a 1\n2", vec![cfg("a", true, 1)]);
     let want = reference(&c);
@@ -440,10 +429,9 @@ fn bug_digits_only_last_row_is_not_counted() {
 }
 
 /// Bug 1b: a file whose first (and only) row is a run of digits without `\n` (e.g. `12`, or `\n007`) has
-/// no sequence id: CNTK fails with `Expected a sequence id at the offset 0, none was found.`; cntkio
-/// returns an empty index (no error, no sequences).
+/// no sequence id: CNTK fails with `Expected a sequence id at the offset 0, none was found.` (cntkio
+/// returned an empty index).
 #[test]
-#[ignore = "bug: a file of only digits (no newline) gives an empty index instead of MissingSequenceId"]
 fn bug_file_of_only_digits_has_no_sequence_id() {
     for (data, at) in [(&b"12"[..], 0), (b"\n007", 1)] {
         let c = case(data, vec![cfg("a", true, 1)]);

@@ -755,10 +755,6 @@ fn real_files_match_python_model() {
 // ------------------------------------------------------------------------------------------------
 // Random files
 
-fn known_bug(case: &Case) -> bool {
-    reference::known_bug(&case.data, case.skip_ids).is_some()
-}
-
 fn write_case(dir: &Path, i: usize, c: &Case) -> Job {
     let path = dir.join(format!("case{i}.ctf"));
     std::fs::write(&path, &c.data).unwrap();
@@ -778,15 +774,10 @@ fn random_files_match_python_model() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // CNTKIO_MODEL_CASES: number of random files (default 260, of which a few may hit a known bug).
+    // CNTKIO_MODEL_CASES: number of random files (default 260).
     let n = std::env::var("CNTKIO_MODEL_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(260);
-    let jobs: Vec<Job> = gen::cases_from_seed(0x5C, n)
-        .iter()
-        .filter(|c| !known_bug(c))
-        .enumerate()
-        .map(|(i, c)| write_case(dir.path(), i, c))
-        .collect();
-    assert!(jobs.len() >= n * 3 / 4);
+    let jobs: Vec<Job> =
+        gen::cases_from_seed(0x5C, n).iter().enumerate().map(|(i, c)| write_case(dir.path(), i, c)).collect();
     let (n, seqs) = check_against_model(&jobs);
     eprintln!("{n} random files, {seqs} sequences compared");
 }
@@ -798,9 +789,6 @@ proptest! {
     /// Random files on disk: every reading path of cntkio == the Rust reference model.
     #[test]
     fn file_paths_match_reference(c in gen::case()) {
-        if known_bug(&c) {
-            return Ok(());
-        }
         let dir = tempfile::tempdir().unwrap();
         let job = write_case(dir.path(), 0, &c);
         let want = from_outcome(&reference::run(&c.data, &c.streams, c.skip_ids, c.chunk_size, c.max_errors, c.elem));
@@ -858,9 +846,8 @@ fn large_files_match_reference() {
     }
 }
 
-/// Bug 1 (see `cntkio-core/tests/ctf_reference.rs`): a digits-only last row without `\n` in id mode.
+/// Bug 1 (fixed; see `cntkio-core/tests/ctf_reference.rs`): a digits-only last row without `\n` in id mode.
 #[test]
-#[ignore = "bug: id mode treats a digits-only last row without newline as a row / as a valid first row"]
 fn bug_digits_only_last_row_matches_python_model() {
     if !model_available() {
         return;

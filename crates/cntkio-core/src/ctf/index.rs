@@ -43,8 +43,17 @@ pub fn select_mode(first: u8, skip_sequence_ids: bool, offset: u64) -> Result<In
     } else if first.is_ascii_digit() {
         Ok(IndexMode::Ids)
     } else {
-        Err(Error::at(ErrorKind::MissingSequenceId { found: first }, offset))
+        Err(Error::at(ErrorKind::MissingSequenceId { found: Some(first) }, offset))
     }
+}
+
+/// In id mode the first id must end before the end of the file (CNTK: "Expected a sequence id at the
+/// offset N, none was found" for a file that is only digits). `rest` is everything from the first id on.
+pub fn check_first_id(rest: &[u8], offset: u64) -> Result<(), Error> {
+    if rest.iter().all(|c| c.is_ascii_digit()) {
+        return Err(Error::at(ErrorKind::MissingSequenceId { found: None }, offset));
+    }
+    Ok(())
 }
 
 /// What the indexer needs to know: mode and the alias of the `definesMBSize` stream.
@@ -155,7 +164,9 @@ impl RowScanner {
                     let id = if block[row].is_ascii_digit() {
                         match cntk_u64(block, row) {
                             Ok((v, q)) if q < n || !is_last => Some(v),
-                            Ok(_) => None, // digits up to the end of the file: "no id"
+                            // Digits up to the end of the file: CNTK's index loop stops while reading the
+                            // id, so this is not a row at all (it stays inside the last sequence's bytes).
+                            Ok(_) => break,
                             Err(at) => return Err(Error::at(ErrorKind::SequenceIdOverflow, base + at as u64)),
                         }
                     } else {
@@ -378,6 +389,9 @@ pub fn index_bytes(
         return Err(Error::at(ErrorKind::EmptyFile, 0));
     }
     let mode = select_mode(data[start], skip_sequence_ids, start as u64)?;
+    if mode == IndexMode::Ids {
+        check_first_id(&data[start..], start as u64)?;
+    }
     let scanner = RowScanner::new(mode, main_alias);
     let scan = scanner.scan_block(&data[start..], start as u64, true)?;
     let mut asm = SequenceAssembler::new(mode, lines);
@@ -468,10 +482,13 @@ mod tests {
     }
 
     #[test]
-    fn digits_at_end_of_file_are_no_id() {
+    fn digits_at_end_of_file_are_no_row() {
         let c = index_bytes(b"1 |a 1\n2", false, None, 1 << 20).unwrap();
         assert_eq!(keys(&c), vec![vec![1]]);
-        assert_eq!(c[0].sequences[0].num_samples, 2);
+        // CNTK's loop stops inside the id: the digits are not a row (but stay in the sequence's bytes).
+        assert_eq!((c[0].sequences[0].num_samples, c[0].sequences[0].len_bytes), (1, 8));
+        let e = index_bytes(b"\n007", false, None, 1 << 20).unwrap_err();
+        assert_eq!((e.code(), e.position().byte), ("E0003", Some(1)));
     }
 
     #[test]

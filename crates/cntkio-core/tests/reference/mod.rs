@@ -764,26 +764,6 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// Known discrepancies of the library under test, so random tests can skip the inputs that hit one while
-/// it is open (each has an ignored test that fails until it is fixed).
-///
-/// Bug 1: in id mode, a last row made only of digits, without `\n`, is "no id" for CNTK and is not
-/// counted as a row (and a file made of only such a row has no sequence id at all); cntkio counts it.
-pub fn known_bug(data: &[u8], skip_ids: bool) -> Option<&'static str> {
-    let utf16 = data.len() >= 2 && data[0] == 0xFF && data[1] == 0xFE;
-    let (start, _) = skip_bom_ws(data);
-    let id_mode = !skip_ids && !utf16 && data.get(start).is_some_and(u8::is_ascii_digit);
-    let last_row = find_last_row(data).max(start);
-    if id_mode && last_row < data.len() && data[last_row..].iter().all(u8::is_ascii_digit) {
-        return Some("bug 1: digits-only last row without newline");
-    }
-    None
-}
-
-fn find_last_row(data: &[u8]) -> usize {
-    (0..data.len()).rev().find(|&k| data[k] == b'\n').map_or(0, |k| k + 1)
-}
-
 /// Runs the model on a whole file: index, then every chunk in order with one parser (one budget).
 pub fn run(
     data: &[u8],

@@ -4,8 +4,8 @@
 use crate::input::InputFile;
 use crate::Error;
 use cntkio_core::ctf::index::{
-    bom_len, is_utf16_bom, select_mode, skip_space, BlockScan, ChunkDesc, Chunker, IndexMode, RowScanner,
-    SequenceAssembler,
+    bom_len, check_first_id, is_utf16_bom, select_mode, skip_space, BlockScan, ChunkDesc, Chunker, IndexMode,
+    RowScanner, SequenceAssembler,
 };
 use cntkio_core::ErrorKind;
 use rayon::prelude::*;
@@ -74,6 +74,9 @@ pub(crate) fn find_start(file: &InputFile, skip_sequence_ids: bool) -> Result<St
         line += nl;
         if a + k < block.len() {
             let mode = select_mode(block[a + k], skip_sequence_ids, pos)?;
+            if mode == IndexMode::Ids {
+                first_id_ends(file, pos)?;
+            }
             return Ok(Start { offset: pos, line, mode });
         }
         if pos >= len {
@@ -86,6 +89,22 @@ pub(crate) fn find_start(file: &InputFile, skip_sequence_ids: bool) -> Result<St
         }
         block.truncate(n);
         block_off = pos;
+    }
+}
+
+/// Fails as CNTK does when the file ends inside its first sequence id.
+fn first_id_ends(file: &InputFile, mut pos: u64) -> Result<(), Error> {
+    let start = pos;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = file.read_some(pos, &mut buf)?;
+        if n == 0 {
+            return check_first_id(&[], start);
+        }
+        if buf[..n].iter().any(|c| !c.is_ascii_digit()) {
+            return Ok(());
+        }
+        pos += n as u64;
     }
 }
 
