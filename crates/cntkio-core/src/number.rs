@@ -101,6 +101,19 @@ fn swar_value(word: u64, n: u32) -> u64 {
         >> 32
 }
 
+/// A run of 1–7 digits at `start` (with 8 bytes readable): its value and end. Longer runs, and the end of
+/// the input, return `None` (the caller falls back to a byte loop). No overflow is possible.
+#[inline(always)]
+pub fn short_digit_run(s: &[u8], start: usize) -> Option<(u64, usize)> {
+    let w = s.get(start..start + 8)?;
+    let word = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+    let n = leading_digits(word);
+    if n == 0 || n == 8 {
+        return None;
+    }
+    Some((swar_value(word, n), start + n as usize))
+}
+
 /// Reads the digit run starting at `start`; returns its end and the value CNTK accumulates.
 #[inline(always)]
 fn digit_run(s: &[u8], start: usize) -> (usize, f64) {
@@ -130,7 +143,7 @@ fn digit_run(s: &[u8], start: usize) -> (usize, f64) {
         i += 1;
     }
     if i - start <= 15 {
-        (i, m as f64)
+        (i, m as i64 as f64)
     } else {
         (i, digits_f64(&s[start..i]))
     }
@@ -144,6 +157,63 @@ const POW10_U64: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_0
 /// of the byte that ended it (not consumed; `s.len()` at the end of input).
 #[inline(always)]
 pub fn parse_number(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
+    match parse_short(s, start) {
+        Some(r) => Ok(r),
+        None => parse_number_general(s, start),
+    }
+}
+
+/// The common case without loops: an optional sign, 1–7 integer digits, optionally `.` and up to 7
+/// fraction digits, no exponent, with 18 bytes readable from `start`. Everything else returns `None`
+/// (and goes through the general path). Bit-identical to the general path: with at most 7 digits per
+/// part every accumulation is exact.
+#[inline(always)]
+fn parse_short(s: &[u8], start: usize) -> Option<(f64, usize)> {
+    // One digit alone (the `1` of one-hot data): no word loads at all.
+    if let Some(&[d, next]) = s.get(start..start + 2) {
+        let v = d.wrapping_sub(b'0');
+        if v <= 9 && !next.is_ascii_digit() && !matches!(next, b'.' | b'e' | b'E') {
+            return Some((f64::from(v), start + 1));
+        }
+    }
+    let w = s.get(start..start + 18)?;
+    let b0 = w[0];
+    let neg = b0 == b'-';
+    let off = usize::from(neg | (b0 == b'+'));
+    let w1 = u64::from_le_bytes(w[off..off + 8].try_into().expect("8 bytes"));
+    let n1 = leading_digits(w1);
+    if n1 == 0 || n1 == 8 {
+        return None;
+    }
+    // Below 2^53, so the i64 → f64 conversion is exact (and a single instruction, unlike u64 → f64).
+    let int = swar_value(w1, n1) as i64 as f64;
+    let p = off + n1 as usize;
+    // The sign is applied by setting the sign bit: the magnitude is non-negative, -0 included.
+    let sign = u64::from(neg) << 63;
+    match w[p] {
+        b'.' => {
+            let w2 = u64::from_le_bytes(w[p + 1..p + 9].try_into().expect("8 bytes"));
+            let n2 = leading_digits(w2);
+            if n2 == 0 {
+                // "5." is 5; whatever follows ends the number.
+                return Some((f64::from_bits(int.to_bits() | sign), start + p + 1));
+            }
+            let e = p + 1 + n2 as usize;
+            if n2 == 8 || matches!(w[e], b'e' | b'E') {
+                return None;
+            }
+            let frac = swar_value(w2, n2) as i64 as f64;
+            let coef = int + frac / POW10_EXACT[n2 as usize];
+            Some((f64::from_bits(coef.to_bits() | sign), start + e))
+        }
+        b'e' | b'E' => None,
+        _ => Some((f64::from_bits(int.to_bits() | sign), start + p)),
+    }
+}
+
+/// [`parse_number`] without the short-form fast path.
+#[inline]
+fn parse_number_general(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
     let mut i = start;
     // Branch-free sign: random signs in real data would otherwise cost a misprediction per value.
     let first = match s.get(i) {
@@ -361,6 +431,28 @@ mod tests {
         assert_eq!(leading_digits(u64::from_le_bytes(*b"\xFA9999999")), 0);
         assert_eq!(leading_digits(u64::from_le_bytes(*b"9\xFA999999")), 1);
         assert_eq!(leading_digits(u64::from_le_bytes(*b"1234:/;9")), 4);
+    }
+
+    #[test]
+    fn short_path_equals_general_path() {
+        let mut n = 0;
+        for int in ["0", "7", "12", "123", "1234567", "12345678", "00"] {
+            for frac in ["", ".", ".5", ".25", ".1234567", ".12345678", ".0000001", ".9999999"] {
+                for exp in ["", "e5", "E-3"] {
+                    for sign in ["", "-", "+"] {
+                        for tail in [" ", "|", "\n", "x", ".5", "-1", "e"] {
+                            let t = format!("{sign}{int}{frac}{exp}{tail}                  ");
+                            let bits = |r: Result<(f64, usize), NumberError>| r.map(|(v, i)| (v.to_bits(), i));
+                            let a = bits(parse_number(t.as_bytes(), 0));
+                            assert_eq!(a, bits(parse_number_general(t.as_bytes(), 0)), "{t:?}");
+                            assert_eq!(a, bits(parse_number_reference(t.as_bytes(), 0)), "{t:?}");
+                            n += usize::from(parse_short(t.as_bytes(), 0).is_some());
+                        }
+                    }
+                }
+            }
+        }
+        assert!(n > 1000, "the short path was taken {n} times");
     }
 
     #[test]

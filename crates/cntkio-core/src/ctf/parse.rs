@@ -6,7 +6,7 @@
 use super::{cntk_u64, is_non_printable, SequenceDesc};
 use crate::data::{ChunkData, Layout, StreamData, Values};
 use crate::error::{Error, ErrorKind, WarningKind};
-use crate::number::{parse_number, NumberError, NumberErrorKind};
+use crate::number::{parse_number, short_digit_run, NumberError, NumberErrorKind};
 use crate::schema::Schema;
 
 /// Receives recoverable errors and warnings while a chunk is parsed.
@@ -575,9 +575,12 @@ fn read_sparse<T: Copy>(
         if !c.is_ascii_digit() {
             return fail(v, idx, p, FailKind::IndexExpected(Some(c)));
         }
-        let (index, q) = match cntk_u64(s, p) {
-            Ok(r) => r,
-            Err(at) => return fail(v, idx, at, FailKind::IndexOverflow),
+        let (index, q) = match short_digit_run(s, p) {
+            Some(r) => r,
+            None => match cntk_u64(s, p) {
+                Ok(r) => r,
+                Err(at) => return fail(v, idx, at, FailKind::IndexOverflow),
+            },
         };
         if q >= n {
             return fail(v, idx, q, FailKind::SparseAtEnd);
