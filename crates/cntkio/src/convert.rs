@@ -137,7 +137,6 @@ pub fn cbf_to_ctf(
         progress(cbf.chunks().get(k + 1).map_or(0, |c| c.offset));
     }
     let tmp = out.into_inner().map_err(|e| Error::io(format!("cannot write {shown}"), e.into_error()))?;
-    tmp.as_file().sync_all().map_err(|e| Error::io(format!("cannot write {shown}"), e))?;
-    tmp.persist(output).map_err(|e| Error::io(format!("cannot rename the output to {shown}"), e.error))?;
+    crate::output::persist(tmp, output)?;
     Ok(summary)
 }

@@ -17,6 +17,7 @@ pub use options::CtfOptions;
 pub mod ctf;
 pub mod input;
 mod mmap;
+mod output;
 
 pub use ctf::{CtfIndex, CtfReader};
 pub use input::{Access, InputFile};

@@ -351,9 +351,7 @@ impl CbfWriter {
         let mut out = out;
         out.write_all(&tail).map_err(|e| Error::io("write the CBF header", e))?;
         let tmp = out.into_inner().map_err(|e| Error::io("flush", e.into_error()))?;
-        tmp.as_file().sync_all().map_err(|e| Error::io("sync", e))?;
-        tmp.persist(&self.path)
-            .map_err(|e| Error::io(format!("rename the temporary file to {}", self.path.display()), e.error))?;
+        crate::output::persist(tmp, &self.path)?;
         self.summary.bytes = header_offset + tail.len() as u64;
         Ok(self.summary)
     }

@@ -120,8 +120,7 @@ pub fn write(file: &InputFile, cfg: &IndexConfig, index: &CtfIndex, path: &Path)
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("cannot create the index cache", e))?;
     tmp.write_all(&v).map_err(|e| Error::io("cannot write the index cache", e))?;
-    tmp.persist(path).map_err(|e| Error::io("cannot rename the index cache", e.error))?;
-    Ok(())
+    crate::output::persist(tmp, path)
 }
 
 fn try_load(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<CtfIndex>, Error> {

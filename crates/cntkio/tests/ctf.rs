@@ -1,0 +1,156 @@
+//! The CTF reader as a library: index cache, chunking, maxErrors budget across chunks, mmap vs read.
+
+use cntkio::ctf::cache::cache_path;
+use cntkio::ctf::{index_config, scan_file, ScanOptions};
+use cntkio::{Access, CtfOptions, CtfReader, ErrorKind, InputFile, Schema, StorageFormat, StreamSpec};
+use std::ops::ControlFlow;
+use std::path::Path;
+
+fn schema() -> Schema {
+    Schema::new(vec![StreamSpec::new("a", 2, StorageFormat::Dense), StreamSpec::new("b", 10, StorageFormat::Sparse)])
+        .unwrap()
+}
+
+fn write_data(path: &Path, n: usize) {
+    let mut s = String::new();
+    for i in 0..n {
+        s += &format!("{i} |a {i} -{i}.5 |b {}:1\n{i} |a 1 2\n", i % 10);
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+fn keys(r: &CtfReader) -> Vec<u64> {
+    r.index().chunks.iter().flat_map(|c| c.sequences.iter().map(|s| s.key)).collect()
+}
+
+#[test]
+fn index_cache_is_written_reused_and_rebuilt_when_stale_or_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("data.ctf");
+    write_data(&p, 50);
+    let opts = CtfOptions { cache_index: true, chunk_size: 200, ..CtfOptions::default() };
+    let cpath = cache_path(&p, &index_config(&schema(), &opts));
+    let fresh = CtfReader::open(&p, &schema(), &opts).unwrap();
+    assert!(cpath.exists(), "the cache is written");
+    let want = keys(&fresh);
+    assert_eq!(want, (0..50).collect::<Vec<u64>>());
+
+    // The cache is used: a record changed in it (with a valid checksum) shows up in the index.
+    let mut bytes = std::fs::read(&cpath).unwrap();
+    let n = bytes.len();
+    let first_record = n - 4 - 50 * 32;
+    bytes[first_record..first_record + 8].copy_from_slice(&777u64.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..n - 4]);
+    bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&cpath, &bytes).unwrap();
+    let cached = CtfReader::open(&p, &schema(), &opts).unwrap();
+    assert_eq!(keys(&cached)[0], 777, "the cache was read");
+
+    // Re-chunked with another chunk size from the cache: same sequences, other chunks, exact lines.
+    let small = CtfOptions { chunk_size: 1, ..opts.clone() };
+    let r = CtfReader::open(&p, &schema(), &small).unwrap();
+    assert_eq!(r.index().chunks.len(), 50);
+    assert_eq!(r.index().chunks[3].first_line, 6);
+
+    // A corrupt cache (bad checksum) is ignored and rewritten.
+    let mut bytes = std::fs::read(&cpath).unwrap();
+    bytes[first_record] ^= 0xFF;
+    std::fs::write(&cpath, &bytes).unwrap();
+    assert_eq!(keys(&CtfReader::open(&p, &schema(), &opts).unwrap()), want);
+    // A foreign file is ignored.
+    std::fs::write(&cpath, b"not an index").unwrap();
+    assert_eq!(keys(&CtfReader::open(&p, &schema(), &opts).unwrap()), want);
+
+    // A changed input of the same size and mtime is detected by the content sample.
+    let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+    let text = std::fs::read_to_string(&p).unwrap().replacen("0 |a", "9 |a", 1);
+    std::fs::write(&p, text).unwrap();
+    std::fs::File::options().write(true).open(&p).unwrap().set_modified(mtime).unwrap();
+    let r = CtfReader::open(&p, &schema(), &opts).unwrap();
+    assert_eq!(keys(&r)[0], 9, "the stale cache was not used");
+}
+
+#[test]
+fn max_errors_budget_spans_chunks_and_counts_each_chunk_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.ctf");
+    // Three bad samples (each costs one error) in three different chunks.
+    std::fs::write(
+        &p,
+        "0 |a 1 2 |b 1:1\n0 |a x |a 3 4\n1 |a 1 2 |b 1:1\n1 |a 1 2 |b 11:1\n2 |a 1 2 |b 1:1\n2 |a 1 2 3 |b 1:1\n",
+    )
+    .unwrap();
+    for (max, ok) in [(2, false), (3, true)] {
+        let opts = CtfOptions { max_errors: max, chunk_size: 1, ..CtfOptions::default() };
+        let r = CtfReader::open(&p, &schema(), &opts).unwrap();
+        let res: Result<Vec<_>, _> = (0..3).map(|i| r.load_chunk(i)).collect();
+        assert_eq!(res.is_ok(), ok, "maxErrors {max}");
+        if let Err(e) = res {
+            assert!(matches!(e.kind(), ErrorKind::MaxErrorsReached { max_errors: 2, .. }), "{e}");
+            assert_eq!(e.position().line, Some(6));
+        }
+        // Loading again does not count again.
+        if ok {
+            for i in 0..3 {
+                r.load_chunk(i).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn scan_with_one_or_two_threads_and_mmap_or_read_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("data.ctf");
+    write_data(&p, 3000);
+    let opts = CtfOptions { chunk_size: 4096, ..CtfOptions::default() };
+    let mut outs = Vec::new();
+    for access in [Access::Read, Access::Mmap] {
+        for threads in [1, 2, 3] {
+            let f = InputFile::open(&p, access).unwrap();
+            let mut got = Vec::new();
+            let s = scan_file(
+                &f,
+                &schema(),
+                &opts,
+                &ScanOptions { threads, ..ScanOptions::default() },
+                |c| {
+                    got.push((c.desc.index, c.data.clone()));
+                    Ok(ControlFlow::Continue(()))
+                },
+                &mut |_| {},
+            )
+            .unwrap();
+            assert!(s.chunks > 10);
+            outs.push(got);
+        }
+    }
+    for o in &outs[1..] {
+        assert_eq!(o, &outs[0]);
+    }
+}
+
+#[test]
+fn a_consumer_can_stop_a_scan_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("data.ctf");
+    write_data(&p, 2000);
+    let opts = CtfOptions { chunk_size: 1024, ..CtfOptions::default() };
+    for threads in [1, 2] {
+        let f = InputFile::open(&p, Access::Read).unwrap();
+        let mut seen = 0;
+        let s = scan_file(
+            &f,
+            &schema(),
+            &opts,
+            &ScanOptions { threads, ..ScanOptions::default() },
+            |_| {
+                seen += 1;
+                Ok(if seen == 3 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!((seen, s.chunks), (3, 3));
+    }
+}
