@@ -115,6 +115,9 @@ impl InputFile {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, Error> {
         if let Some(m) = &self.map {
+            if let Ok(a) = usize::try_from(offset) {
+                crate::mmap::prefault(m, a, len);
+            }
             let r = usize::try_from(offset).ok().and_then(|a| m.get(a..a.checked_add(len)?));
             return match r {
                 Some(s) => Ok(f(s)),

@@ -218,6 +218,7 @@ impl CbfFile {
         let r = dec.byte_range();
         let res = match &self.map {
             Some(m) => {
+                crate::mmap::prefault(m, r.start as usize, (r.end - r.start) as usize);
                 let bytes = m.get(r.start as usize..r.end as usize).ok_or_else(|| {
                     Error::config(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
                 })?;
