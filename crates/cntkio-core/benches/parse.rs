@@ -1,5 +1,6 @@
 //! Parser throughput on the real files of `shared/data/real` and on generated files shaped like the
 //! issue's benchmark data (in memory: no I/O). `cargo bench -p cntkio-core`.
+#![allow(missing_docs)] // criterion's macros generate undocumented functions
 
 use cntkio_core::ctf::index::index_bytes;
 use cntkio_core::ctf::parse::{CtfParser, FailFast};
