@@ -544,3 +544,141 @@ fn invalid_inputs_errors_are_counted_and_located() {
         assert!(p.line.is_some() && p.column.is_some() && p.path.is_some(), "{e}");
     }
 }
+
+/// A CBF file as a deserializer of the harness: chunks as in the file, keys = global sequence index,
+/// lengths = the per-sequence meta counts (CBF.md §4).
+struct Cbf {
+    file: cntkio::cbf::CbfFile,
+    chunks: Vec<ChunkInfo>,
+    seqs: Vec<Vec<SequenceInfo>>,
+    data: Vec<Arc<ChunkData>>,
+}
+
+impl Cbf {
+    fn open(name: &str) -> Cbf {
+        let p = shared_dir().join("conformance/cntk/Data/CNTKBinaryReader").join(name);
+        let file = cntkio::cbf::CbfFile::open(&p).expect("a valid CBF file");
+        let mut key = 0u64;
+        let (mut chunks, mut seqs, mut data) = (Vec::new(), Vec::new(), Vec::new());
+        for k in 0..file.chunk_count() {
+            let d = file.read_chunk(k).expect("a valid chunk");
+            let l: Vec<SequenceInfo> = d
+                .num_samples
+                .iter()
+                .map(|&n| {
+                    key += 1;
+                    SequenceInfo { num_samples: n, key: key - 1 }
+                })
+                .collect();
+            chunks.push(ChunkInfo { num_samples: file.chunks()[k].num_samples.into(), num_sequences: l.len() as u32 });
+            seqs.push(l);
+            data.push(Arc::new(d));
+        }
+        Cbf { file, chunks, seqs, data }
+    }
+}
+
+impl SequenceSource for Cbf {
+    fn chunks(&self) -> &[ChunkInfo] {
+        &self.chunks
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
+        out.extend_from_slice(&self.seqs[chunk as usize]);
+        Ok(())
+    }
+}
+
+impl Deser for Cbf {
+    fn schema(&self) -> Schema {
+        self.file.schema().unwrap()
+    }
+    fn stream_of(&self, chunk: u32, seq: u32, stream: usize) -> Result<(Arc<ChunkData>, usize, usize), Error> {
+        Ok((self.data[chunk as usize].clone(), seq as usize, stream))
+    }
+}
+
+#[test]
+fn cbf_reader_tests_compare_with_the_ctf_control_files() {
+    for (name, file, feats, labels, es, mb, ep, control) in [
+        ("CNTKBinaryReader_Simple_dense", "Simple_dense.bin", 1, 1, 1000, 250, 10, "Simple_dense.txt"),
+        ("CNTKBinaryReader_10x10_dense", "10x10_dense.bin", 1, 0, 100, 100, 1, "10x10_dense.txt"),
+        (
+            "CNTKBinaryReader_50x20_jagged_sequences_dense",
+            "50x20_jagged_sequences_dense.bin",
+            1,
+            0,
+            508,
+            508,
+            1,
+            "50x20_jagged_sequences_dense.txt",
+        ),
+        ("CNTKBinaryReader_10x10_sparse", "10x10_sparse.bin", 1, 0, 100, 100, 1, "10x10_sparse.txt"),
+        (
+            "CNTKBinaryReader_50x20_jagged_sequences_sparse",
+            "50x20_jagged_sequences_sparse.bin",
+            1,
+            0,
+            564,
+            564,
+            1,
+            "50x20_jagged_sequences_sparse.txt",
+        ),
+    ] {
+        let d = Cbf::open(file);
+        check(name, harness(&d, &run(feats, labels, es, mb, ep, true, None)), control);
+    }
+}
+
+/// `shared/data/real/edge/`: CNTK's edge-case inputs with CNTK's recorded outputs (`expected/`).
+#[test]
+fn real_edge_cases_give_cntks_expected_outputs() {
+    let edge = shared_dir().join("data/real/edge");
+    let expected = |f: &str| -> Vec<String> {
+        std::fs::read_to_string(edge.join("expected").join(f)).unwrap().split_whitespace().map(String::from).collect()
+    };
+    let reader = |f: &str, st: &[S], max_errors: u64, skip: bool| {
+        let opts =
+            CtfOptions { max_errors, skip_sequence_ids: skip, keep_data_in_memory: true, ..CtfOptions::default() };
+        CtfReader::open(edge.join(f), &schema(st, true), &opts).unwrap()
+    };
+    let tokens = |r: Result<Vec<String>, Error>| -> Vec<String> {
+        r.unwrap().join(" ").split_whitespace().map(String::from).collect()
+    };
+    let st: &[S] = &[("features", "features", true, 1, false)];
+    let got = harness(&reader("contains_blank_lines.ctf", st, 2, false), &run(1, 0, 3, 3, 1, false, None));
+    assert_eq!(tokens(got), expected("blank_lines.out"));
+    let got = harness(&reader("missing_trailing_newline.ctf", st, 0, false), &run(1, 0, 2, 2, 1, false, w(M32)));
+    assert_eq!(tokens(got), expected("missing_trailing_newline.out"));
+    let st: &[S] = &[("features", "F0", true, 10, false), ("labels", "F1", false, 10, false)];
+    let mut r = run(1, 1, 6, 6, 1, true, None);
+    r.float = true;
+    let opts = CtfOptions { keep_data_in_memory: true, ..CtfOptions::default() };
+    let f32_reader = CtfReader::open(edge.join("empty_samples.ctf"), &schema(st, false), &opts).unwrap();
+    assert_eq!(tokens(harness(&f32_reader, &r)), expected("empty_samples.out"));
+    let st: &[S] = &[("features", "F0", false, 100, false), ("labels", "F1", true, 3, false)];
+    let f32_reader =
+        CtfReader::open(edge.join("ref_data_with_escape_sequences.ctf"), &schema(st, false), &opts).unwrap();
+    assert_eq!(
+        tokens(harness(&f32_reader, &run(1, 1, 9, 9, 1, true, None))),
+        expected("ref_data_with_escape_sequences.out")
+    );
+    let st: &[S] = &[
+        ("features1", "F1", true, 15, false),
+        ("features2", "F2", true, 12, false),
+        ("features3", "F3", true, 1, false),
+    ];
+    let got = harness(&reader("space_separated.ctf", st, 0, false), &run(3, 0, 2, 2, 1, false, w(M32)));
+    assert_eq!(tokens(got), expected("space_separated.out"));
+    let e = harness(
+        &reader(
+            "duplicate_inputs.ctf",
+            &[("features1", "F1", true, 1, false), ("features2", "F2", true, 1, false)],
+            0,
+            false,
+        ),
+        &run(2, 0, 1, 1, 1, false, w(M32)),
+    )
+    .expect_err("a duplicated input");
+    assert!(matches!(e.kind(), ErrorKind::MaxErrorsReached { .. }));
+    // invalid_inputs.ctf / invalid_inputs.log: see `invalid_inputs_errors_are_counted_and_located`.
+}
