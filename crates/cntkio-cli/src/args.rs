@@ -218,7 +218,7 @@ impl ReadArgs {
     /// schema of the flags or of the config.
     pub fn jobs(&self, files: &[PathBuf]) -> Result<Vec<Job>, Error> {
         if self.config.is_some() {
-            return Ok(self.inputs(files)?.into_iter().map(Job::Ctf).collect());
+            return self.inputs_with_cbf(files);
         }
         if files.is_empty() {
             return Err(Error::config("no input file given (give FILE arguments or --config FILE.cntk)"));
@@ -238,6 +238,38 @@ impl ReadArgs {
             }
         }
         Ok(jobs)
+    }
+
+    /// The config's deserializers as jobs: CTF ones with their streams, CBF ones as files.
+    fn inputs_with_cbf(&self, files: &[PathBuf]) -> Result<Vec<Job>, Error> {
+        let cbf = self.config_cbf_files()?;
+        if !files.is_empty() || cbf.is_empty() {
+            return Ok(self.inputs(files)?.into_iter().map(Job::Ctf).collect());
+        }
+        let mut jobs: Vec<Job> = cbf.into_iter().map(Job::Cbf).collect();
+        if let Ok(ctf) = self.inputs(files) {
+            jobs.extend(ctf.into_iter().map(Job::Ctf));
+        }
+        Ok(jobs)
+    }
+
+    /// The CBF deserializers of the config, if any.
+    fn config_cbf_files(&self) -> Result<Vec<PathBuf>, Error> {
+        let Some(cfg_path) = &self.config else { return Ok(Vec::new()) };
+        let overrides =
+            self.set.iter().map(|s| cntkio::config::brainscript::split_override(s)).collect::<Result<Vec<_>, _>>()?;
+        let cwd = PathBuf::new();
+        let data_dir = self.data_dir.as_ref().unwrap_or(&cwd);
+        let cfg =
+            cntkio::config::load_reader_config_file(cfg_path, self.section.as_deref(), &overrides, Some(data_dir))?;
+        Ok(cfg
+            .deserializers
+            .iter()
+            .filter_map(|d| match d {
+                cntkio::config::DeserializerConfig::Cbf { path, .. } => Some(path.clone()),
+                _ => None,
+            })
+            .collect())
     }
 
     /// The inputs to read: `files` with the schema of the flags (or of the config), or the config's files.
@@ -267,11 +299,8 @@ impl ReadArgs {
                 cntkio::config::DeserializerConfig::Ctf { path, schema, options, .. } => {
                     from_config.push(Input { path: path.clone(), schema: schema.clone(), options: options.clone() })
                 }
-                other => log::warn!(
-                    "{}: only CTF deserializers are read here; skipping {}",
-                    cfg_path.display(),
-                    other.file()
-                ),
+                // CBF deserializers are taken by `jobs`; `convert` needs a CTF input.
+                cntkio::config::DeserializerConfig::Cbf { .. } => {}
             }
         }
         if from_config.is_empty() {

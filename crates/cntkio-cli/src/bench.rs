@@ -32,20 +32,20 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
                         "file_gb_per_s": len as f64 / secs / 1e9, "samples": samples, "samples_per_s": samples as f64 / secs,
                     }));
                 } else {
-                    println!(
+                    out!(
                         "{}: CBF, {:.1} MB, {} thread(s){}",
                         path.display(),
                         len as f64 / 1e6,
                         threads,
                         if a.read.mmap { ", mmap" } else { "" }
-                    );
-                    println!(
+                    )?;
+                    out!(
                         "  decode  {:.2} GB/s of decoded data ({:.2} GB/s of file, {:.3} s)  {:.2} M samples/s",
                         bytes as f64 / secs / 1e9,
                         len as f64 / secs / 1e9,
                         secs,
                         samples as f64 / secs / 1e6
-                    );
+                    )?;
                 }
                 continue;
             }
@@ -91,28 +91,28 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
                 "samples_per_s": samples as f64 / best_parse,
             }));
         } else {
-            println!(
+            out!(
                 "{}: {:.1} MB, {} thread(s){}",
                 path.display(),
                 bytes / 1e6,
                 threads,
                 if file.is_mapped() { ", mmap" } else { "" }
-            );
-            println!("  index          {:>9.1} MB/s  ({:.3} s)", mbs(best_index), best_index);
-            println!(
+            )?;
+            out!("  index          {:>9.1} MB/s  ({:.3} s)", mbs(best_index), best_index)?;
+            out!(
                 "  index + parse  {:>9.1} MB/s  ({:.3} s)  {:.2} M samples/s  {:.1} M values/s",
                 mbs(best_parse),
                 best_parse,
                 samples as f64 / best_parse / 1e6,
                 values as f64 / best_parse / 1e6
-            );
+            )?;
             if !quiet {
-                println!("  {sequences} sequences, {samples} samples, {values} values (best of {})", a.repeat.max(1));
+                out!("  {sequences} sequences, {samples} samples, {values} values (best of {})", a.repeat.max(1))?;
             }
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&json!({"version": 1, "results": reports})).expect("json"));
+        out!("{}", serde_json::to_string_pretty(&json!({"version": 1, "results": reports})).expect("json"))?;
     }
     Ok(EXIT_OK)
 }

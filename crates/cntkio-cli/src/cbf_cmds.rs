@@ -144,11 +144,11 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<(), Error> {
         "chunks": chunks,
     });
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        out!("{}", serde_json::to_string_pretty(&report).expect("json"))?;
         return Ok(());
     }
-    println!("{}: CBF version 1, {} bytes, header at byte {}", path.display(), len, f.header().header_offset());
-    println!(
+    out!("{}: CBF version 1, {} bytes, header at byte {}", path.display(), len, f.header().header_offset())?;
+    out!(
         "  sequences {}   samples {}   chunks {}   sequence length: min {}, median {}, p90 {}, max {}",
         report["sequences"],
         report["samples"],
@@ -157,10 +157,10 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<(), Error> {
         q(0.5),
         q(0.9),
         q(1.0)
-    );
-    println!("  streams:");
+    )?;
+    out!("  streams:")?;
     for (i, s) in f.streams().iter().enumerate() {
-        println!(
+        out!(
             "    {:<14} {:<6} {:<6} dim {:<9} samples {:<10}{}",
             s.name,
             s.format.name(),
@@ -168,17 +168,20 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<(), Error> {
             s.dim,
             samples[i],
             if s.format == StorageFormat::Sparse { format!(" nnz {}", nnz[i]) } else { String::new() }
-        );
+        )?;
     }
-    println!("  chunks:");
+    out!("  chunks:")?;
     for (k, c) in chunks.iter().enumerate().take(20) {
-        println!(
+        out!(
             "    {k:<5} at byte {:<12} {:>12} bytes  {:>8} sequences  {:>9} samples",
-            c["offset"], c["bytes"], c["sequences"], c["samples"]
-        );
+            c["offset"],
+            c["bytes"],
+            c["sequences"],
+            c["samples"]
+        )?;
     }
     if chunks.len() > 20 {
-        println!("    … {} more (see --json)", chunks.len() - 20);
+        out!("    … {} more (see --json)", chunks.len() - 20)?;
     }
     Ok(())
 }

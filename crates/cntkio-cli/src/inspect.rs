@@ -38,7 +38,7 @@ pub fn run(a: &InspectArgs, quiet: bool) -> Result<u8, Error> {
         &mut |b| progress.set(b),
     );
     progress.finish();
-    let mode = mode.map_err(|e| locate(e, &file))?;
+    let mode = mode.map_err(|e| cntkio::ctf::locate_index_error(e, &file))?;
     lengths.sort_unstable();
     let n = lengths.len();
     let q = |f: f64| -> u32 { lengths.get(((n as f64 - 1.0) * f).round() as usize).copied().unwrap_or(0) };
@@ -92,18 +92,18 @@ pub fn run(a: &InspectArgs, quiet: bool) -> Result<u8, Error> {
             },
             "streams": streams,
         });
-        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        out!("{}", serde_json::to_string_pretty(&report).expect("json"))?;
         return Ok(EXIT_OK);
     }
-    println!("{}: CTF, {} bytes", a.file.display(), file.len());
-    println!(
+    out!("{}: CTF, {} bytes", a.file.display(), file.len())?;
+    out!(
         "  sequences  {n} ({})   rows {}   blank or comment-only rows {}   comments {}",
         if mode == IndexMode::Ids { "grouped by sequence id" } else { "one per line" },
         inf.rows,
         inf.empty_rows,
         inf.comments
-    );
-    println!(
+    )?;
+    out!(
         "  sequence length (rows): min {}, median {}, p90 {}, p99 {}, max {}, mean {:.2}",
         q(0.0),
         q(0.5),
@@ -111,13 +111,13 @@ pub fn run(a: &InspectArgs, quiet: bool) -> Result<u8, Error> {
         q(0.99),
         q(1.0),
         mean
-    );
-    println!("  histogram: {}", hist.iter().map(|(u, c)| format!("≤{u}: {c}")).collect::<Vec<_>>().join(", "));
-    println!("  streams (by the name written after '|'):");
+    )?;
+    out!("  histogram: {}", hist.iter().map(|(u, c)| format!("≤{u}: {c}")).collect::<Vec<_>>().join(", "))?;
+    out!("  streams (by the name written after '|'):")?;
     let mut flags = Vec::new();
     for s in &inf.streams {
         if s.is_sparse() {
-            println!(
+            out!(
                 "    {:<12} sparse  dim ≥ {:<8} samples {:<10} nnz {:<10} in {} sequences (≤ {} per sequence){}",
                 s.alias,
                 s.min_dim(),
@@ -126,9 +126,9 @@ pub fn run(a: &InspectArgs, quiet: bool) -> Result<u8, Error> {
                 s.sequences,
                 s.max_per_sequence,
                 if s.empty_samples > 0 { format!(", {} empty samples", s.empty_samples) } else { String::new() }
-            );
+            )?;
         } else {
-            println!(
+            out!(
                 "    {:<12} dense   dim ≥ {:<8} samples {:<10} values {}–{} in {} sequences (≤ {} per sequence){}",
                 s.alias,
                 s.min_dim(),
@@ -138,21 +138,10 @@ pub fn run(a: &InspectArgs, quiet: bool) -> Result<u8, Error> {
                 s.sequences,
                 s.max_per_sequence,
                 if s.empty_samples > 0 { format!(", {} empty samples", s.empty_samples) } else { String::new() }
-            );
+            )?;
         }
         flags.push(format!("--stream {}:{}:{}", s.alias, s.min_dim(), if s.is_sparse() { "sparse" } else { "dense" }));
     }
-    println!("  a schema that fits (dims are lower bounds; use your model's): {}", flags.join(" "));
+    out!("  a schema that fits (dims are lower bounds; use your model's): {}", flags.join(" "))?;
     Ok(EXIT_OK)
-}
-
-fn locate(e: Error, file: &InputFile) -> Error {
-    if e.position().byte.is_some() {
-        let p = e.position().clone();
-        let mut e = e;
-        *e.position_mut() = p;
-        e.with_path(file.path().display().to_string())
-    } else {
-        e.with_path(file.path().display().to_string())
-    }
 }

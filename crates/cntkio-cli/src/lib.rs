@@ -4,13 +4,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[macro_use]
+mod output;
 mod args;
 mod bench;
 mod cbf_cmds;
 mod convert;
 mod dump;
 mod inspect;
-mod output;
 mod render;
 mod validate;
 

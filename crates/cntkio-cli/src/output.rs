@@ -3,6 +3,14 @@
 use cntkio::{ChunkData, Error, Layout, Schema, Values};
 use std::io::{IsTerminal, Write};
 
+/// `println!` that returns an error instead of panicking when stdout is closed (`cntkio … | head`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err(crate::output::stdout_error)
+    }};
+}
+
 /// True if the error is a closed stdout (`cntkio dump … | head`).
 pub fn is_broken_pipe(e: &Error) -> bool {
     matches!(e.kind(), cntkio::ErrorKind::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)

@@ -42,6 +42,8 @@ pub fn snippet(e: &Error) -> Option<String> {
         Some(k) => k > SHOWN,
         None => buf.len() > SHOWN,
     };
+    // A CRLF line's '\r' is part of the line ending, not of the text.
+    let end = if end > 0 && buf[end - 1] == b'\r' && nl == Some(end) { end - 1 } else { end };
     let shown = &buf[..end];
     let caret_at = rel - from;
     let mut caret_len = shown

@@ -118,7 +118,8 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
             show(e, &mut shown);
         }
         let tolerated = errors <= opts.max_errors;
-        let valid = fatal.is_none() && dropped == 0 && tolerated;
+        let empty = fatal.is_none() && sequences == 0 && dropped == 0;
+        let valid = fatal.is_none() && dropped == 0 && tolerated && !empty;
         any_invalid |= !valid;
         let verdict = if valid && errors == 0 {
             "valid".to_string()
@@ -126,6 +127,14 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
             format!("readable: {errors} error(s) tolerated by maxErrors = {}", opts.max_errors)
         } else if fatal.is_some() {
             "invalid: the file cannot be read".to_string()
+        } else if empty {
+            match schema.main_stream() {
+                Some(m) => format!(
+                    "invalid: no sequence found: no row mentions |{} (the definesMBSize stream); check the alias",
+                    schema.streams()[m].alias
+                ),
+                None => "invalid: no sequence found".to_string(),
+            }
         } else if dropped > 0 {
             format!("invalid: {dropped} sequence(s) lack a configured stream (always fatal in CNTK)")
         } else {
@@ -134,12 +143,13 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
         if a.json {
             reports.push(json!({
                 "path": path.display().to_string(),
+                "format": "ctf",
                 "valid": valid,
                 "verdict": verdict,
                 "sequences": sequences,
                 "samples": samples,
                 "stream_samples": schema.streams().iter().zip(&stream_samples).map(|(s, n)| (s.name.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
-                "errors": errors + u64::from(fatal.is_some()),
+                "errors": errors + dropped + u64::from(fatal.is_some()),
                 "dropped_sequences": dropped,
                 "warnings": warnings,
                 "max_errors": opts.max_errors,
@@ -162,7 +172,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&json!({ "version": 1, "files": reports })).expect("json"));
+        out!("{}", serde_json::to_string_pretty(&json!({ "version": 1, "files": reports })).expect("json"))?;
     }
     Ok(if any_invalid { EXIT_INVALID } else { EXIT_OK })
 }

@@ -27,6 +27,16 @@ pub fn detect_format(path: &Path) -> Result<Format, Error> {
     Ok(if n == 8 && u64::from_le_bytes(head) == cntkio_core::cbf::MAGIC { Format::Cbf } else { Format::Ctf })
 }
 
+/// Writing the output over the input would destroy it (the input is read while the output is written).
+fn refuse_same_file(input: &Path, output: &Path) -> Result<(), Error> {
+    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(input), std::fs::canonicalize(output)) {
+        if a == b {
+            return Err(Error::config(format!("the output {} is the input file", output.display())));
+        }
+    }
+    Ok(())
+}
+
 /// What a conversion did.
 #[derive(Debug, Clone, Default)]
 pub struct ConvertSummary {
@@ -71,6 +81,7 @@ pub fn ctf_to_cbf(
     how: &CtfToCbf,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ConvertSummary, Error> {
+    refuse_same_file(input, output)?;
     let file = InputFile::open(input, how.access)?;
     let mut w = CbfWriter::with_options(output, schema, how.writer)?;
     let read_opts = CtfOptions { chunk_size: how.ctf.chunk_size.min(CONVERT_READ_CHUNK), ..how.ctf.clone() };
@@ -83,15 +94,22 @@ pub fn ctf_to_cbf(
         |p| {
             w.write(&p.data)?;
             summary.tolerated_errors += p.num_errors;
+            summary.dropped_sequences += p.num_dropped;
             Ok(ControlFlow::Continue(()))
         },
         progress,
     )?;
+    if w.sequences_written() == 0 {
+        return Err(Error::config(format!(
+            "{} holds no sequence for this schema (no row mentions the definesMBSize stream?); no output written",
+            input.display()
+        )));
+    }
     let s = w.finish()?;
     summary.sequences = s.sequences;
     summary.samples = s.samples;
     summary.chunks = s.chunks;
-    summary.dropped_sequences = s.dropped_sequences;
+    summary.dropped_sequences += s.dropped_sequences;
     summary.bytes_written = s.bytes;
     Ok(summary)
 }
@@ -106,6 +124,7 @@ pub fn cbf_to_ctf(
     aliases: &[(String, String)],
     progress: &mut dyn FnMut(u64),
 ) -> Result<ConvertSummary, Error> {
+    refuse_same_file(input, output)?;
     let cbf = CbfFile::open_with(input, options)?;
     let mut streams = cbf.schema()?.streams().to_vec();
     for s in &mut streams {

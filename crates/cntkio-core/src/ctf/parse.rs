@@ -484,6 +484,7 @@ fn read_dense<T: Copy + Default>(
     conv: impl Fn(f64) -> T,
 ) -> Result<Done, Fail> {
     let start = v.len();
+    let first = p;
     let n = s.len();
     v.reserve(dim);
     loop {
@@ -515,7 +516,8 @@ fn read_dense<T: Copy + Default>(
             let cnt = (v.len() - start) as u64;
             if cnt as usize > dim {
                 v.truncate(start);
-                return Err(Fail { at: p, kind: FailKind::TooMany(cnt) });
+                // Point at the first value too many (CNTK reports the end of the sample).
+                return Err(Fail { at: nth_number(s, first, dim).unwrap_or(p), kind: FailKind::TooMany(cnt) });
             }
             let note = if (cnt as usize) < dim {
                 v.resize(start + dim, T::default());
@@ -535,6 +537,22 @@ fn read_dense<T: Copy + Default>(
                 return Err(Fail { at: e.at, kind: FailKind::Number(e) });
             }
         }
+    }
+}
+
+/// Where the `k`-th (0-based) number of a value list starting at `p` begins (the list is known to be
+/// well formed up to there).
+fn nth_number(s: &[u8], mut p: usize, k: usize) -> Option<usize> {
+    let mut seen = 0;
+    loop {
+        while matches!(s.get(p), Some(b' ' | b'\t')) {
+            p += 1;
+        }
+        if seen == k {
+            return Some(p);
+        }
+        p = parse_number(s, p).ok()?.1;
+        seen += 1;
     }
 }
 

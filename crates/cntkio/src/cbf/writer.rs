@@ -335,6 +335,11 @@ impl CbfWriter {
         Ok(())
     }
 
+    /// Sequences accepted so far (written or waiting in the current chunk).
+    pub fn sequences_written(&self) -> u64 {
+        self.summary.sequences + self.meta.len() as u64
+    }
+
     /// Writes the last chunk, the header and the trailer, syncs the file and renames it over the
     /// target.
     pub fn finish(mut self) -> Result<CbfSummary, Error> {

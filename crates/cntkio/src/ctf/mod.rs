@@ -182,8 +182,8 @@ pub(crate) fn apply_budget(used: &mut u64, max_errors: u64, p: &ParsedChunk) -> 
     Ok(())
 }
 
-/// Index-level errors carry a byte offset; give them a line and column too.
-pub(crate) fn locate_index_error(mut e: Error, file: &InputFile) -> Error {
+/// Index-level errors carry a byte offset; give them the file's path, a line and a column too.
+pub fn locate_index_error(mut e: Error, file: &InputFile) -> Error {
     let path = file.path().display().to_string();
     if let Some(b) = e.position().byte {
         // Count lines up to the offset (index errors are rare and fatal, so a scan is fine).

@@ -84,15 +84,33 @@ pub fn scan_file(
         Ok(p.data)
     };
 
+    // With `cacheIndex` the whole index is loaded from (or built and written to) the cache first.
+    let cached = if opts.cache_index {
+        Some(super::cache::load_or_build(file, &cfg, scan.threads.max(1))?.map_err(|e| locate_index_error(e, file))?)
+    } else {
+        None
+    };
+    let for_each_desc = |f: &mut dyn FnMut(ChunkDesc) -> Result<(), Error>,
+                         progress: &mut dyn FnMut(u64)|
+     -> Result<IndexMode, Error> {
+        match &cached {
+            Some(idx) => {
+                for c in &idx.chunks {
+                    let end = c.end();
+                    f(c.clone())?;
+                    progress(end);
+                }
+                Ok(idx.mode)
+            }
+            None => index_streaming(file, &cfg, 1, f, progress),
+        }
+    };
     let threads = scan.threads.max(1);
     let result = if threads == 1 {
         let mut buf = Vec::new();
         let mut spare = Some(ChunkData::new(schema));
-        index_streaming(
-            file,
-            &cfg,
-            1,
-            |desc| {
+        for_each_desc(
+            &mut |desc| {
                 let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
                 let p = parse_chunk(file, &parser, desc, policy, &mut buf, data)?;
                 spare = Some(deliver(p, &mut summary)?);
@@ -139,11 +157,8 @@ pub fn scan_file(
                 }
                 Ok(())
             };
-            let r = index_streaming(
-                file,
-                &cfg,
-                1,
-                |desc| {
+            let r = for_each_desc(
+                &mut |desc| {
                     while in_flight >= in_flight_max {
                         let (i, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
                         pending.insert(i, r);
