@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 mod args;
+mod batches;
 mod bench;
 mod cbf_cmds;
 mod convert;
@@ -52,6 +53,7 @@ where
         args::Command::Dump(a) => dump::run(a, cli.quiet),
         args::Command::Bench(a) => bench::run(a, cli.quiet),
         args::Command::Convert(a) => convert::run(a, cli.quiet),
+        args::Command::Batches(a) => batches::run(a, cli.quiet),
     };
     match r {
         Ok(code) => ExitCode::from(code),
