@@ -78,6 +78,10 @@ pub struct BatchesArgs {
     /// Restore as CNTK 2.7 does, quirks included (default: continue exactly as the uninterrupted run).
     #[arg(long)]
     pub cntk_restore: bool,
+    /// Measure instead of printing: read the run and print minibatches, samples, samples/s and peak memory
+    /// as one JSON object.
+    #[arg(long)]
+    pub bench: bool,
 }
 
 /// `convert`.

@@ -110,6 +110,9 @@ pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
     if let Some(p) = &a.restore {
         src.restore(&read_state(p)?)?;
     }
+    if a.bench {
+        return bench(&mut src, a.mb_size);
+    }
     let streams = src.streams().to_vec();
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
@@ -142,4 +145,38 @@ pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
     }
     w.flush().map_err(crate::output::stdout_error)?;
     Ok(EXIT_OK)
+}
+
+/// `--bench`: reads the run without printing minibatches; reports minibatches, samples, samples/s and peak
+/// memory on stdout as one JSON object.
+fn bench(src: &mut MinibatchSource, mb_size: u64) -> Result<u8, Error> {
+    let t = std::time::Instant::now();
+    let mut batch = Batch::new(src.streams());
+    let (mut minibatches, mut samples, mut sequences) = (0u64, 0u64, 0u64);
+    while src.next_minibatch_into(mb_size, &mut batch)? {
+        minibatches += 1;
+        samples += batch.num_declared_samples();
+        sequences += batch.num_sequences() as u64;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let line = serde_json::json!({
+        "minibatches": minibatches,
+        "sequences": sequences,
+        "samples": samples,
+        "seconds": secs,
+        "samples_per_second": samples as f64 / secs.max(1e-9),
+        "peak_rss_bytes": peak_rss_bytes(),
+    });
+    let mut out = line.to_string().into_bytes();
+    out.push(b'\n');
+    write_stdout(&mut std::io::stdout().lock(), &out)?;
+    Ok(EXIT_OK)
+}
+
+/// The process's peak resident set size (Linux `VmHWM`), if known.
+fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let l = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

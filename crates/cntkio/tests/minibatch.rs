@@ -684,3 +684,33 @@ fn restore_keeps_the_round_robin_across_sweeps() {
     quirk.restore(&state).unwrap();
     assert_ne!(keys(&drain(&mut quirk, 2, 100)), full[3..]);
 }
+
+/// READER.md §7: features in one file, labels in another, joined by key; keys missing in the labels are
+/// dropped; the result reads like one file holding both streams.
+#[test]
+fn composite_joins_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let feats: String = (0..20).map(|i| format!("{i} |x {i}\n{i} |x {}\n", i + 100)).collect();
+    let labels: String = (0..20).rev().filter(|i| i % 5 != 0).map(|i| format!("{i} |y {}:1\n", i % 3)).collect();
+    let both: String =
+        (0..20).filter(|i| i % 5 != 0).map(|i| format!("{i} |x {i} |y {}:1\n{i} |x {}\n", i % 3, i + 100)).collect();
+    let f = ctf(&write(dir.path(), "f.ctf", &feats), &[("x", true, 1, false)], 1 << 20);
+    let l = ctf(&write(dir.path(), "l.ctf", &labels), &[("y", false, 3, false)], 30);
+    let b = ctf(&write(dir.path(), "b.ctf", &both), &[("x", true, 1, false), ("y", false, 3, false)], 1 << 20);
+    let joined: Arc<dyn Deserializer> = Arc::new(cntkio::source::Composite::new(vec![f.clone(), l.clone()]).unwrap());
+    assert_eq!(joined.streams().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["x", "y"]);
+    assert_eq!(joined.chunks(), b.chunks());
+    for randomize in [false, true] {
+        let c = cfg(randomize, Window::Chunks(4), 3, RunLength::Sweeps(2));
+        let x = drain(&mut MinibatchSource::new(joined.clone(), c.clone()).unwrap(), 5, 1000);
+        assert_eq!(x, drain(&mut MinibatchSource::new(b.clone(), c).unwrap(), 5, 1000));
+    }
+    // With labels defining the length, every sequence counts 1 sample.
+    let ly = ctf(&dir.path().join("l.ctf"), &[("y", false, 3, true)], 30);
+    let j = cntkio::source::Composite::new(vec![f.clone(), ly]).unwrap();
+    assert_eq!(cntkio::randomize::SequenceSource::chunks(&j)[0].num_samples, 16);
+    // No common key.
+    let other = ctf(&write(dir.path(), "o.ctf", "77 |y 0:1\n"), &[("y", false, 3, false)], 30);
+    let e = cntkio::source::Composite::new(vec![f, other]).unwrap_err();
+    assert!(e.to_string().contains("Could not reconcile"), "{e}");
+}

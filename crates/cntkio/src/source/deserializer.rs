@@ -224,3 +224,147 @@ impl Deserializer for MultiSource {
         self.parts[p].load_chunk(c)
     }
 }
+
+/// Where a joined sequence's data lives: per part, (chunk, index in the chunk).
+type JoinedSequence = (SequenceInfo, Vec<(u32, u32)>);
+
+/// Several deserializers joined by sequence key, as CNTK's composite reader (Bundler) does (READER.md §7):
+/// different streams of the same sequences from different files.
+///
+/// The first part is the primary: it defines the chunks, the order of sequences within them and which
+/// keys exist. A primary sequence whose key is missing in another part is dropped, and so are chunks left
+/// without sequences. A joined sequence's declared length is that of the part with a `definesMBSize`
+/// stream (at most one part may have one), else the maximum over the parts. The streams are those of the
+/// first part, then those of the second, and so on.
+pub struct Composite {
+    parts: Vec<Arc<dyn Deserializer>>,
+    chunks: Vec<ChunkInfo>,
+    /// Per joined chunk: the primary chunk and the joined sequences.
+    map: Vec<(u32, Vec<JoinedSequence>)>,
+    streams: Vec<StreamSpec>,
+}
+
+impl std::fmt::Debug for Composite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Composite").field("parts", &self.parts.len()).field("chunks", &self.chunks.len()).finish()
+    }
+}
+
+impl Composite {
+    /// Joins `parts` (the first is the primary) by key.
+    ///
+    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no parts; two parts with a `definesMBSize`
+    /// stream; no primary sequence whose key every part has (CNTK: `Could not reconcile data between
+    /// different deserializers. Keys of logical sequences do not match.`); and errors of the parts.
+    pub fn new(parts: Vec<Arc<dyn Deserializer>>) -> Result<Composite, Error> {
+        if parts.is_empty() {
+            return Err(Error::config("a composite source needs at least one deserializer"));
+        }
+        let definers: Vec<usize> =
+            (0..parts.len()).filter(|&p| parts[p].streams().iter().any(|s| s.defines_mb_size)).collect();
+        if definers.len() > 1 {
+            return Err(Error::config("only one deserializer may have a stream that defines the minibatch size"));
+        }
+        let mut where_: Vec<std::collections::HashMap<u64, (u32, u32, u32)>> = Vec::new();
+        let mut buf = Vec::new();
+        for part in &parts[1..] {
+            let mut m = std::collections::HashMap::new();
+            for c in 0..part.chunks().len() as u32 {
+                buf.clear();
+                part.sequences(c, &mut buf)?;
+                for (i, s) in buf.iter().enumerate() {
+                    m.entry(s.key).or_insert((c, i as u32, s.num_samples));
+                }
+            }
+            where_.push(m);
+        }
+        let mut chunks = Vec::new();
+        let mut map = Vec::new();
+        for c in 0..parts[0].chunks().len() as u32 {
+            buf.clear();
+            parts[0].sequences(c, &mut buf)?;
+            let mut joined = Vec::new();
+            'seq: for (i, s) in buf.iter().enumerate() {
+                let mut locs = vec![(c, i as u32)];
+                let mut lens = vec![s.num_samples];
+                for m in &where_ {
+                    match m.get(&s.key) {
+                        Some(&(oc, oi, n)) => {
+                            locs.push((oc, oi));
+                            lens.push(n);
+                        }
+                        None => continue 'seq,
+                    }
+                }
+                let len = match definers.first() {
+                    Some(&p) => lens[p],
+                    None => lens.iter().copied().max().unwrap_or(0),
+                };
+                joined.push((SequenceInfo { num_samples: len, key: s.key }, locs));
+            }
+            if joined.is_empty() {
+                continue;
+            }
+            chunks.push(ChunkInfo {
+                num_samples: joined.iter().map(|j| u64::from(j.0.num_samples)).sum(),
+                num_sequences: joined.len() as u32,
+            });
+            map.push((c, joined));
+        }
+        if chunks.is_empty() {
+            return Err(Error::config(
+                "Could not reconcile data between different deserializers. Keys of logical sequences do not match.",
+            ));
+        }
+        let streams = parts.iter().flat_map(|p| p.streams().iter().cloned()).collect();
+        Ok(Composite { parts, chunks, map, streams })
+    }
+}
+
+impl SequenceSource for Composite {
+    fn chunks(&self) -> &[ChunkInfo] {
+        &self.chunks
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
+        let (_, joined) =
+            self.map.get(chunk as usize).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        out.extend(joined.iter().map(|j| j.0));
+        Ok(())
+    }
+}
+
+impl Deserializer for Composite {
+    fn streams(&self) -> &[StreamSpec] {
+        &self.streams
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        let (_, joined) =
+            self.map.get(chunk as usize).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        let mut out = ChunkData {
+            keys: joined.iter().map(|j| j.0.key).collect(),
+            num_samples: joined.iter().map(|j| j.0.num_samples).collect(),
+            streams: self.streams.iter().map(|s| crate::StreamData::new(s.format, s.dim, s.element_type)).collect(),
+        };
+        let mut first_stream = 0;
+        for (p, part) in self.parts.iter().enumerate() {
+            let n = part.streams().len();
+            let mut loaded: std::collections::HashMap<u32, Arc<ChunkData>> = std::collections::HashMap::new();
+            for (_, locs) in joined {
+                let (c, i) = locs[p];
+                let data = match loaded.get(&c) {
+                    Some(d) => d.clone(),
+                    None => {
+                        let d = part.load_chunk(c)?;
+                        loaded.insert(c, d.clone());
+                        d
+                    }
+                };
+                for k in 0..n {
+                    super::append_sequence(&mut out.streams[first_stream + k], &data.streams[k], i as usize);
+                }
+            }
+            first_stream += n;
+        }
+        Ok(Arc::new(out))
+    }
+}

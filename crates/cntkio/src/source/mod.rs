@@ -48,7 +48,7 @@
 
 mod deserializer;
 
-pub use deserializer::{CbfSource, Deserializer, MultiSource};
+pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
 
 use crate::randomize::{
     BlockRandomizer, ChunkRandomizer, EpochConfig, NoRandomizer, SequenceEnumerator, SequenceSource, Window,
@@ -212,12 +212,42 @@ impl ChunkCache {
             return Ok(e.1.clone());
         }
         let data = source.load_chunk(chunk)?;
-        if self.entries.len() >= self.capacity {
-            let (i, _) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.2).expect("capacity ≥ 1");
-            self.entries.swap_remove(i);
-        }
-        self.entries.push((chunk, data.clone(), self.tick));
+        self.insert(chunk, data.clone(), &[]);
         Ok(data)
+    }
+
+    /// Adds a chunk, evicting the least recently used chunk not in `keep` when full.
+    fn insert(&mut self, chunk: u32, data: Arc<ChunkData>, keep: &[u32]) {
+        while self.entries.len() >= self.capacity {
+            let victim = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| keep.binary_search(&e.0).is_err())
+                .min_by_key(|(_, e)| e.2)
+                .map(|(i, _)| i);
+            match victim {
+                Some(i) => self.entries.swap_remove(i),
+                None => break,
+            };
+        }
+        self.entries.push((chunk, data, self.tick));
+    }
+
+    /// Loads the chunks of `needed` (sorted, distinct) that are not cached, in parallel; the first error in
+    /// chunk order is returned.
+    fn load_all(&mut self, source: &dyn Deserializer, needed: &[u32]) -> Result<(), Error> {
+        use rayon::prelude::*;
+        let missing: Vec<u32> = needed.iter().copied().filter(|c| !self.entries.iter().any(|e| e.0 == *c)).collect();
+        if missing.len() < 2 {
+            return Ok(());
+        }
+        let loaded: Vec<Result<Arc<ChunkData>, Error>> = missing.par_iter().map(|&c| source.load_chunk(c)).collect();
+        self.tick += 1;
+        for (c, d) in missing.into_iter().zip(loaded) {
+            self.insert(c, d?, needed);
+        }
+        Ok(())
     }
 }
 
@@ -347,6 +377,10 @@ impl MinibatchSource {
         if mb.picks.is_empty() {
             return Ok(false);
         }
+        let mut needed: Vec<u32> = mb.picks.iter().map(|p| p.chunk).collect();
+        needed.sort_unstable();
+        needed.dedup();
+        self.cache.load_all(&*self.source, &needed)?;
         let mut chunks = Vec::with_capacity(mb.picks.len());
         for p in &mb.picks {
             chunks.push(self.cache.get(&*self.source, p.chunk)?);
@@ -456,7 +490,7 @@ fn prepare(batch: &mut Batch, streams: &[StreamSpec]) {
 }
 
 /// Appends sequence `i` of `src` to `dst` (same storage format).
-fn append_sequence(dst: &mut StreamData, src: &StreamData, i: usize) {
+pub(crate) fn append_sequence(dst: &mut StreamData, src: &StreamData, i: usize) {
     let samples = src.sequence_samples(i);
     let n = samples.end - samples.start;
     match (&mut dst.layout, &src.layout) {
