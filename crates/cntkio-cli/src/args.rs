@@ -28,6 +28,60 @@ pub enum Command {
     Bench(BenchArgs),
     /// Convert CTF to CBF (like CNTK's ctf2bin.py) or CBF back to CTF; the input's format is detected.
     Convert(ConvertArgs),
+    /// Print the minibatches of CNTK's minibatch source as JSON Lines (randomization, workers, checkpoints).
+    Batches(BatchesArgs),
+}
+
+/// `batches`.
+#[derive(Debug, Args)]
+pub struct BatchesArgs {
+    /// Input files (CTF or CBF), read as one data set, one after another (optional with --config).
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// Minibatch size in samples (of the stream that defines sequence lengths).
+    #[arg(long, value_name = "N")]
+    pub mb_size: u64,
+    /// Randomize as CNTK does (off unless given).
+    #[arg(long)]
+    pub randomize: bool,
+    /// Randomization seed (sweep k uses SEED + k).
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    pub seed: u64,
+    /// Randomization window in chunks (default 128).
+    #[arg(long, value_name = "W", conflicts_with = "window_samples")]
+    pub window_chunks: Option<u64>,
+    /// Randomization window in samples.
+    #[arg(long, value_name = "W")]
+    pub window_samples: Option<u64>,
+    /// Read this many sweeps (default: one).
+    #[arg(long, value_name = "K", conflicts_with = "max_samples")]
+    pub max_sweeps: Option<u64>,
+    /// Read this many samples (up to the next sequence boundary).
+    #[arg(long, value_name = "N")]
+    pub max_samples: Option<u64>,
+    /// Frame mode: every sequence must be a single sample.
+    #[arg(long)]
+    pub frame_mode: bool,
+    /// Number of workers reading the data.
+    #[arg(long, default_value_t = 1, value_name = "W")]
+    pub workers: u32,
+    /// This worker's rank (0-based).
+    #[arg(long, default_value_t = 0, value_name = "R")]
+    pub rank: u32,
+    /// Also print the state ({"state": …}) once M minibatches have been printed.
+    #[arg(long, value_name = "M")]
+    pub checkpoint_after: Option<u64>,
+    /// Continue from the state in FILE (a line {"state": …}, e.g. the output of --checkpoint-after).
+    #[arg(long, value_name = "FILE")]
+    pub restore: Option<PathBuf>,
+    /// Restore as CNTK 2.7 does, quirks included (default: continue exactly as the uninterrupted run).
+    #[arg(long)]
+    pub cntk_restore: bool,
+    /// Measure instead of printing: read the run and print minibatches, samples, samples/s and peak memory
+    /// as one JSON object.
+    #[arg(long)]
+    pub bench: bool,
 }
 
 /// `convert`.

@@ -7,6 +7,7 @@
 #[macro_use]
 mod output;
 mod args;
+mod batches;
 mod bench;
 mod cbf_cmds;
 mod convert;
@@ -53,6 +54,7 @@ where
         args::Command::Dump(a) => dump::run(a, cli.quiet),
         args::Command::Bench(a) => bench::run(a, cli.quiet),
         args::Command::Convert(a) => convert::run(a, cli.quiet),
+        args::Command::Batches(a) => batches::run(a, cli.quiet),
     };
     match r {
         Ok(code) => ExitCode::from(code),

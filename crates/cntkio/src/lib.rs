@@ -12,6 +12,7 @@ pub mod config;
 pub mod convert;
 pub mod options;
 pub mod randomize;
+pub mod source;
 pub use options::CtfOptions;
 
 pub mod ctf;

@@ -1,0 +1,182 @@
+//! `cntkio batches`: minibatches of CNTK's V2 minibatch source as JSON Lines, one minibatch per line:
+//! `{"mb": i, "sweep_end": bool, "streams": {"NAME": {"keys": [...], "sequences": [SAMPLES, …]}}}` with
+//! samples as in `dump`, and `{"state": …}` after `--checkpoint-after M` minibatches.
+
+use crate::args::{BatchesArgs, Job};
+use crate::output::{push_json_str, push_sequence_samples, write_stdout};
+use crate::EXIT_OK;
+use cntkio::cbf::CbfOptions;
+use cntkio::randomize::Window;
+use cntkio::source::{
+    Batch, CbfSource, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength, SourceState,
+};
+use cntkio::{CtfReader, Error, StreamSpec};
+use std::io::Write;
+use std::sync::Arc;
+
+/// Opens the inputs as one deserializer (several files are concatenated).
+pub fn deserializer(jobs: &[Job], mmap: bool) -> Result<Arc<dyn Deserializer>, Error> {
+    let mut parts: Vec<Arc<dyn Deserializer>> = Vec::new();
+    for job in jobs {
+        parts.push(match job {
+            Job::Ctf(i) => Arc::new(CtfReader::open(&i.path, &i.schema, &i.options)?),
+            Job::Cbf(p) => Arc::new(CbfSource::open_with(p, &CbfOptions::default().mmap(mmap))?),
+        });
+    }
+    if parts.len() == 1 {
+        return Ok(parts.pop().expect("one part"));
+    }
+    Ok(Arc::new(MultiSource::new(parts)?))
+}
+
+/// The source configuration given by the flags.
+pub fn config(a: &BatchesArgs) -> MinibatchConfig {
+    MinibatchConfig {
+        randomize: a.randomize,
+        window: match (a.window_samples, a.window_chunks) {
+            (Some(w), _) => Window::Samples(w),
+            (None, Some(w)) => Window::Chunks(w),
+            (None, None) => Window::Chunks(128),
+        },
+        seed: a.seed,
+        run_length: match (a.max_sweeps, a.max_samples) {
+            (_, Some(n)) => RunLength::Samples(n),
+            (Some(k), None) => RunLength::Sweeps(k),
+            (None, None) => RunLength::Sweeps(1),
+        },
+        frame_mode: a.frame_mode,
+        workers: a.workers,
+        rank: a.rank,
+        cntk_restore_quirk: a.cntk_restore,
+    }
+}
+
+/// Reads a state from a file: the first line that starts with `{"state":` (so the whole output of a run
+/// with `--checkpoint-after` will do), or the bare state object.
+pub fn read_state(path: &std::path::Path) -> Result<SourceState, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+    let bad = |m: String| Error::config(format!("{}: {m}", path.display()));
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("{\"state\""))
+        .or_else(|| text.lines().find(|l| l.trim_start().starts_with('{')))
+        .ok_or_else(|| bad("no {\"state\": …} line".into()))?;
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let st = v.get("state").unwrap_or(&v);
+    SourceState::from_json(&st.to_string()).map_err(|e| bad(e.to_string()))
+}
+
+/// Appends one minibatch as a JSON line.
+pub fn push_batch_line(out: &mut Vec<u8>, mb: u64, batch: &Batch, streams: &[StreamSpec], buf: &mut ryu::Buffer) {
+    out.extend_from_slice(b"{\"mb\":");
+    out.extend_from_slice(mb.to_string().as_bytes());
+    out.extend_from_slice(if batch.end_of_sweep { b",\"sweep_end\":true" } else { b",\"sweep_end\":false" });
+    out.extend_from_slice(b",\"streams\":{");
+    let keys = batch.data.keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
+    for (i, s) in streams.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_json_str(out, &s.name);
+        out.extend_from_slice(b":{\"keys\":[");
+        out.extend_from_slice(keys.as_bytes());
+        out.extend_from_slice(b"],\"sequences\":[");
+        for seq in 0..batch.num_sequences() {
+            if seq > 0 {
+                out.push(b',');
+            }
+            push_sequence_samples(out, &batch.data, i, seq, buf);
+        }
+        out.extend_from_slice(b"]}");
+    }
+    out.extend_from_slice(b"}}\n");
+}
+
+/// Appends the state line.
+pub fn push_state_line(out: &mut Vec<u8>, state: &SourceState) {
+    out.extend_from_slice(b"{\"state\":");
+    out.extend_from_slice(state.to_json().as_bytes());
+    out.extend_from_slice(b"}\n");
+}
+
+/// Runs `batches`.
+pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
+    if a.mb_size == 0 {
+        return Err(Error::config("--mb-size must be > 0"));
+    }
+    let jobs = a.read.jobs(&a.files)?;
+    let source = deserializer(&jobs, a.read.mmap)?;
+    let mut src = MinibatchSource::new(source, config(a))?;
+    if let Some(p) = &a.restore {
+        src.restore(&read_state(p)?)?;
+    }
+    if a.bench {
+        return bench(&mut src, a.mb_size);
+    }
+    let streams = src.streams().to_vec();
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+    let mut buf = ryu::Buffer::new();
+    let mut out = Vec::with_capacity(1 << 20);
+    let mut batch = Batch::new(&streams);
+    let mut printed = 0u64;
+    loop {
+        out.clear();
+        if a.checkpoint_after == Some(printed) {
+            push_state_line(&mut out, &src.state());
+        }
+        let got = src.next_minibatch_into(a.mb_size, &mut batch);
+        let got = match got {
+            Ok(g) => g,
+            Err(e) => {
+                write_stdout(&mut w, &out)?;
+                w.flush().map_err(crate::output::stdout_error)?;
+                return Err(e);
+            }
+        };
+        if got {
+            push_batch_line(&mut out, src.minibatches() - 1, &batch, &streams, &mut buf);
+            printed += 1;
+        }
+        write_stdout(&mut w, &out)?;
+        if !got {
+            break;
+        }
+    }
+    w.flush().map_err(crate::output::stdout_error)?;
+    Ok(EXIT_OK)
+}
+
+/// `--bench`: reads the run without printing minibatches; reports minibatches, samples, samples/s and peak
+/// memory on stdout as one JSON object.
+fn bench(src: &mut MinibatchSource, mb_size: u64) -> Result<u8, Error> {
+    let t = std::time::Instant::now();
+    let mut batch = Batch::new(src.streams());
+    let (mut minibatches, mut samples, mut sequences) = (0u64, 0u64, 0u64);
+    while src.next_minibatch_into(mb_size, &mut batch)? {
+        minibatches += 1;
+        samples += batch.num_declared_samples();
+        sequences += batch.num_sequences() as u64;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let line = serde_json::json!({
+        "minibatches": minibatches,
+        "sequences": sequences,
+        "samples": samples,
+        "seconds": secs,
+        "samples_per_second": samples as f64 / secs.max(1e-9),
+        "peak_rss_bytes": peak_rss_bytes(),
+    });
+    let mut out = line.to_string().into_bytes();
+    out.push(b'\n');
+    write_stdout(&mut std::io::stdout().lock(), &out)?;
+    Ok(EXIT_OK)
+}
+
+/// The process's peak resident set size (Linux `VmHWM`), if known.
+fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let l = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

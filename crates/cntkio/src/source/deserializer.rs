@@ -1,0 +1,370 @@
+//! The deserializer interface (READER.md §1): chunks of sequences with declared lengths and keys, and
+//! parsed chunk data on demand. Implemented by [`CtfReader`], by [`CbfSource`] (a [`CbfFile`] with its
+//! per-sequence meta counts) and by [`MultiSource`] (shards of the same streams, one after another).
+
+use crate::cbf::{CbfFile, CbfOptions};
+use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
+use crate::{ChunkData, CtfReader, Error, StreamSpec};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A source of chunks of sequences, as CNTK's deserializers are.
+///
+/// The chunk and sequence structure ([`SequenceSource::chunks`], [`SequenceSource::sequences`]) is what the
+/// randomizers walk; [`load_chunk`](Deserializer::load_chunk) parses a chunk into columnar data whose
+/// sequence `i` is sequence `i` of the chunk's sequence list, with one stream per entry of
+/// [`streams`](Deserializer::streams), in that order.
+pub trait Deserializer: SequenceSource + Send + Sync {
+    /// The streams, in the order of [`ChunkData::streams`].
+    fn streams(&self) -> &[StreamSpec];
+    /// Loads and parses chunk `chunk` (an index into [`SequenceSource::chunks`]).
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error>;
+}
+
+impl Deserializer for CtfReader {
+    fn streams(&self) -> &[StreamSpec] {
+        self.schema().streams()
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        CtfReader::load_chunk(self, chunk as usize)
+    }
+}
+
+impl<T: Deserializer + ?Sized> Deserializer for Arc<T> {
+    fn streams(&self) -> &[StreamSpec] {
+        (**self).streams()
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        (**self).load_chunk(chunk)
+    }
+}
+
+impl<T: Deserializer + ?Sized> Deserializer for Box<T> {
+    fn streams(&self) -> &[StreamSpec] {
+        (**self).streams()
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        (**self).load_chunk(chunk)
+    }
+}
+
+/// A CBF file as a deserializer: chunks as in the file, sequence keys = global sequence indices, declared
+/// lengths = the file's per-sequence meta counts (CBF.md §2, READER.md §1).
+///
+/// The meta counts of every chunk are read when the source is opened (4 bytes per sequence); a chunk's
+/// sample count is the chunk table's, as CNTK's randomizer uses it.
+#[derive(Debug)]
+pub struct CbfSource {
+    file: CbfFile,
+    chunks: Vec<ChunkInfo>,
+    /// `meta[meta_offsets[c]..meta_offsets[c+1]]` are chunk `c`'s meta counts.
+    meta: Vec<u32>,
+    meta_offsets: Vec<usize>,
+    streams: Vec<StreamSpec>,
+}
+
+impl CbfSource {
+    /// Opens `path` with default [`CbfOptions`].
+    pub fn open(path: impl AsRef<Path>) -> Result<CbfSource, Error> {
+        CbfSource::new(CbfFile::open(path)?)
+    }
+
+    /// Opens `path` with `options`.
+    pub fn open_with(path: impl AsRef<Path>, options: &CbfOptions) -> Result<CbfSource, Error> {
+        CbfSource::new(CbfFile::open_with(path, options)?)
+    }
+
+    /// Wraps an open file, reading its meta counts.
+    pub fn new(file: CbfFile) -> Result<CbfSource, Error> {
+        let p = file.path().display().to_string();
+        let io = |e: std::io::Error| Error::io(format!("read meta counts of {p}"), e).with_path(p.clone());
+        let mut f = std::fs::File::open(file.path()).map_err(io)?;
+        let mut meta = Vec::with_capacity(file.header().num_sequences() as usize);
+        let mut meta_offsets = vec![0];
+        let mut buf = Vec::new();
+        for e in file.chunks() {
+            buf.resize(4 * e.num_sequences as usize, 0);
+            f.seek(SeekFrom::Start(e.offset)).map_err(io)?;
+            f.read_exact(&mut buf).map_err(io)?;
+            meta.extend(buf.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+            meta_offsets.push(meta.len());
+        }
+        let chunks = file
+            .chunks()
+            .iter()
+            .map(|e| ChunkInfo { num_samples: u64::from(e.num_samples), num_sequences: e.num_sequences })
+            .collect();
+        let streams = file.streams().iter().map(|s| s.to_spec()).collect();
+        Ok(CbfSource { file, chunks, meta, meta_offsets, streams })
+    }
+
+    /// The file.
+    pub fn file(&self) -> &CbfFile {
+        &self.file
+    }
+}
+
+impl SequenceSource for CbfSource {
+    fn chunks(&self) -> &[ChunkInfo] {
+        &self.chunks
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
+        let c = chunk as usize;
+        let first = self
+            .file
+            .header()
+            .first_sequence(c)
+            .ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        let meta = &self.meta[self.meta_offsets[c]..self.meta_offsets[c + 1]];
+        out.extend(meta.iter().enumerate().map(|(i, &n)| SequenceInfo { num_samples: n, key: first + i as u64 }));
+        Ok(())
+    }
+}
+
+impl Deserializer for CbfSource {
+    fn streams(&self) -> &[StreamSpec] {
+        &self.streams
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        Ok(Arc::new(self.file.read_chunk(chunk as usize)?))
+    }
+}
+
+/// Several deserializers with the same streams read as one data set: the chunks of the first, then those
+/// of the second, and so on (a concatenation of shards, which CNTK's composite reader cannot do: it joins
+/// deserializers by key, READER.md §7).
+///
+/// Sequence keys are passed through unchanged, so two shards may hand out the same key (CBF keys restart
+/// at 0 in every file).
+pub struct MultiSource {
+    parts: Vec<Arc<dyn Deserializer>>,
+    chunks: Vec<ChunkInfo>,
+    /// Per chunk: (part, chunk in the part).
+    map: Vec<(u32, u32)>,
+    streams: Vec<StreamSpec>,
+}
+
+impl std::fmt::Debug for MultiSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiSource").field("parts", &self.parts.len()).field("chunks", &self.chunks.len()).finish()
+    }
+}
+
+impl MultiSource {
+    /// Concatenates `parts`. Every part must have the same streams (names, dims, storage formats and
+    /// element types, in the same order); aliases may differ.
+    ///
+    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no parts, different streams, or more than
+    /// 2^32 − 1 chunks in all.
+    pub fn new(parts: Vec<Arc<dyn Deserializer>>) -> Result<MultiSource, Error> {
+        let first = parts.first().ok_or_else(|| Error::config("a multi-file source needs at least one file"))?;
+        let streams = first.streams().to_vec();
+        let mut chunks = Vec::new();
+        let mut map = Vec::new();
+        for (p, part) in parts.iter().enumerate() {
+            let same = part.streams().len() == streams.len()
+                && part.streams().iter().zip(&streams).all(|(a, b)| {
+                    a.name == b.name && a.dim == b.dim && a.format == b.format && a.element_type == b.element_type
+                });
+            if !same {
+                return Err(Error::config(format!(
+                    "file {} of a multi-file source has streams [{}], but the first file has [{}]",
+                    p + 1,
+                    describe(part.streams()),
+                    describe(&streams)
+                )));
+            }
+            for (c, info) in part.chunks().iter().enumerate() {
+                chunks.push(*info);
+                map.push((p as u32, c as u32));
+            }
+        }
+        if u32::try_from(chunks.len()).is_err() {
+            return Err(Error::config(format!("{} chunks in all; at most 2^32 − 1 are supported", chunks.len())));
+        }
+        Ok(MultiSource { parts, chunks, map, streams })
+    }
+
+    /// The parts.
+    pub fn parts(&self) -> &[Arc<dyn Deserializer>] {
+        &self.parts
+    }
+
+    /// The part and its chunk index holding chunk `chunk` of the whole.
+    pub fn locate(&self, chunk: u32) -> Option<(usize, u32)> {
+        self.map.get(chunk as usize).map(|&(p, c)| (p as usize, c))
+    }
+}
+
+fn describe(streams: &[StreamSpec]) -> String {
+    streams
+        .iter()
+        .map(|s| format!("{}:{}:{:?}:{:?}", s.name, s.dim, s.format, s.element_type))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl SequenceSource for MultiSource {
+    fn chunks(&self) -> &[ChunkInfo] {
+        &self.chunks
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
+        let (p, c) = self.locate(chunk).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        self.parts[p].sequences(c, out)
+    }
+}
+
+impl Deserializer for MultiSource {
+    fn streams(&self) -> &[StreamSpec] {
+        &self.streams
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        let (p, c) = self.locate(chunk).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        self.parts[p].load_chunk(c)
+    }
+}
+
+/// Where a joined sequence's data lives: per part, (chunk, index in the chunk).
+type JoinedSequence = (SequenceInfo, Vec<(u32, u32)>);
+
+/// Several deserializers joined by sequence key, as CNTK's composite reader (Bundler) does (READER.md §7):
+/// different streams of the same sequences from different files.
+///
+/// The first part is the primary: it defines the chunks, the order of sequences within them and which
+/// keys exist. A primary sequence whose key is missing in another part is dropped, and so are chunks left
+/// without sequences. A joined sequence's declared length is that of the part with a `definesMBSize`
+/// stream (at most one part may have one), else the maximum over the parts. The streams are those of the
+/// first part, then those of the second, and so on.
+pub struct Composite {
+    parts: Vec<Arc<dyn Deserializer>>,
+    chunks: Vec<ChunkInfo>,
+    /// Per joined chunk: the primary chunk and the joined sequences.
+    map: Vec<(u32, Vec<JoinedSequence>)>,
+    streams: Vec<StreamSpec>,
+}
+
+impl std::fmt::Debug for Composite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Composite").field("parts", &self.parts.len()).field("chunks", &self.chunks.len()).finish()
+    }
+}
+
+impl Composite {
+    /// Joins `parts` (the first is the primary) by key.
+    ///
+    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no parts; two parts with a `definesMBSize`
+    /// stream; no primary sequence whose key every part has (CNTK: `Could not reconcile data between
+    /// different deserializers. Keys of logical sequences do not match.`); and errors of the parts.
+    pub fn new(parts: Vec<Arc<dyn Deserializer>>) -> Result<Composite, Error> {
+        if parts.is_empty() {
+            return Err(Error::config("a composite source needs at least one deserializer"));
+        }
+        let definers: Vec<usize> =
+            (0..parts.len()).filter(|&p| parts[p].streams().iter().any(|s| s.defines_mb_size)).collect();
+        if definers.len() > 1 {
+            return Err(Error::config("only one deserializer may have a stream that defines the minibatch size"));
+        }
+        let mut where_: Vec<std::collections::HashMap<u64, (u32, u32, u32)>> = Vec::new();
+        let mut buf = Vec::new();
+        for part in &parts[1..] {
+            let mut m = std::collections::HashMap::new();
+            for c in 0..part.chunks().len() as u32 {
+                buf.clear();
+                part.sequences(c, &mut buf)?;
+                for (i, s) in buf.iter().enumerate() {
+                    m.entry(s.key).or_insert((c, i as u32, s.num_samples));
+                }
+            }
+            where_.push(m);
+        }
+        let mut chunks = Vec::new();
+        let mut map = Vec::new();
+        for c in 0..parts[0].chunks().len() as u32 {
+            buf.clear();
+            parts[0].sequences(c, &mut buf)?;
+            let mut joined = Vec::new();
+            'seq: for (i, s) in buf.iter().enumerate() {
+                let mut locs = vec![(c, i as u32)];
+                let mut lens = vec![s.num_samples];
+                for m in &where_ {
+                    match m.get(&s.key) {
+                        Some(&(oc, oi, n)) => {
+                            locs.push((oc, oi));
+                            lens.push(n);
+                        }
+                        None => continue 'seq,
+                    }
+                }
+                let len = match definers.first() {
+                    Some(&p) => lens[p],
+                    None => lens.iter().copied().max().unwrap_or(0),
+                };
+                joined.push((SequenceInfo { num_samples: len, key: s.key }, locs));
+            }
+            if joined.is_empty() {
+                continue;
+            }
+            chunks.push(ChunkInfo {
+                num_samples: joined.iter().map(|j| u64::from(j.0.num_samples)).sum(),
+                num_sequences: joined.len() as u32,
+            });
+            map.push((c, joined));
+        }
+        if chunks.is_empty() {
+            return Err(Error::config(
+                "Could not reconcile data between different deserializers. Keys of logical sequences do not match.",
+            ));
+        }
+        let streams = parts.iter().flat_map(|p| p.streams().iter().cloned()).collect();
+        Ok(Composite { parts, chunks, map, streams })
+    }
+}
+
+impl SequenceSource for Composite {
+    fn chunks(&self) -> &[ChunkInfo] {
+        &self.chunks
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
+        let (_, joined) =
+            self.map.get(chunk as usize).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        out.extend(joined.iter().map(|j| j.0));
+        Ok(())
+    }
+}
+
+impl Deserializer for Composite {
+    fn streams(&self) -> &[StreamSpec] {
+        &self.streams
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        let (_, joined) =
+            self.map.get(chunk as usize).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        let mut out = ChunkData {
+            keys: joined.iter().map(|j| j.0.key).collect(),
+            num_samples: joined.iter().map(|j| j.0.num_samples).collect(),
+            streams: self.streams.iter().map(|s| crate::StreamData::new(s.format, s.dim, s.element_type)).collect(),
+        };
+        let mut first_stream = 0;
+        for (p, part) in self.parts.iter().enumerate() {
+            let n = part.streams().len();
+            let mut loaded: std::collections::HashMap<u32, Arc<ChunkData>> = std::collections::HashMap::new();
+            for (_, locs) in joined {
+                let (c, i) = locs[p];
+                let data = match loaded.get(&c) {
+                    Some(d) => d.clone(),
+                    None => {
+                        let d = part.load_chunk(c)?;
+                        loaded.insert(c, d.clone());
+                        d
+                    }
+                };
+                for k in 0..n {
+                    super::append_sequence(&mut out.streams[first_stream + k], &data.streams[k], i as usize);
+                }
+            }
+            first_stream += n;
+        }
+        Ok(Arc::new(out))
+    }
+}

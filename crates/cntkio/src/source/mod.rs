@@ -1,0 +1,514 @@
+//! The minibatch source: CNTK 2.7's V2/Python `MinibatchSource` over any [`Deserializer`]
+//! (READER.md §2–§6, §8).
+//!
+//! A [`MinibatchSource`] walks the sequences of its deserializer in CNTK's order (randomized with a
+//! [`BlockRandomizer`] or in file order with a [`NoRandomizer`]), fills minibatches of a requested number
+//! of samples (counted with the declared lengths; a sequence is never split; minibatches may cross a sweep
+//! boundary) and hands each out as a [`Batch`]: per stream, the samples of its sequences one after
+//! another, with sequence offsets, keys and declared lengths — dense values sample-major, sparse values as
+//! CSR parts (values, column indices, per-sample offsets), ready to be viewed as NumPy arrays.
+//!
+//! ```
+//! use cntkio::source::{MinibatchConfig, MinibatchSource, RunLength};
+//! use cntkio::{CtfOptions, CtfReader, Schema, StorageFormat, StreamSpec};
+//! use std::sync::Arc;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("data.ctf");
+//! std::fs::write(&path, "0 |a 0\n1 |a 1\n2 |a 2\n3 |a 3\n").unwrap();
+//! let schema = Schema::new(vec![StreamSpec::new("a", 1, StorageFormat::Dense)]).unwrap();
+//! let reader = CtfReader::open(&path, &schema, &CtfOptions::default()).unwrap();
+//!
+//! let config = MinibatchConfig { randomize: false, run_length: RunLength::Sweeps(3), ..MinibatchConfig::default() };
+//! let mut source = MinibatchSource::new(Arc::new(reader), config).unwrap();
+//! let mut sizes = Vec::new();
+//! while let Some(mb) = source.next_minibatch(5).unwrap() {
+//!     sizes.push((mb.data.num_sequences(), mb.end_of_sweep));
+//! }
+//! // READER.md §4.3: 4 one-sample sequences, 3 sweeps, size 5.
+//! assert_eq!(sizes, [(5, true), (5, true), (2, true)]);
+//! ```
+//!
+//! # Checkpoints
+//!
+//! [`MinibatchSource::state`] returns a [`SourceState`]; its JSON form (`SourceState::to_json`) is one
+//! object, `{"version":1,"position":P,"minibatches":N,"sweep_size":S}`: `position` is CNTK's
+//! `minibatchSourcePosition` (the global sample position of the next sequence, READER.md §8.1),
+//! `minibatches` the number of minibatches the source had returned, `sweep_size` the data's sweep size in
+//! samples (checked on restore, to catch restoring onto other data). Nothing else is stored: a state is
+//! meaningful only with the same data and configuration, as in CNTK. The format is version 1; a change
+//! of its meaning or of its fields gets a new version number, and older versions are refused with an
+//! error, never read differently.
+//!
+//! [`MinibatchSource::restore`] performs CNTK 2.7's exact call sequence (READER.md §8.3) and then, by
+//! default, continues exactly as the uninterrupted run would have. With
+//! [`MinibatchConfig::cntk_restore_quirk`] it reproduces CNTK instead, in its two differences: a restored
+//! sweep-0 shuffle is seeded with the bare sweep number (randomization on, seed ≠ 0), and with
+//! randomization off the round-robin worker assignment restarts at the sequence's index within its sweep.
+
+mod deserializer;
+
+pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
+
+use crate::randomize::{
+    BlockRandomizer, ChunkRandomizer, EpochConfig, NoRandomizer, SequenceEnumerator, SequenceSource, Window,
+};
+use crate::{ChunkData, Error, Layout, StreamData, StreamSpec};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// How long a run lasts (Python `max_samples` / `max_sweeps`, READER.md §4.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RunLength {
+    /// Repeat the data forever (`INFINITELY_REPEAT`, CNTK's default).
+    #[default]
+    Infinite,
+    /// Stop at the first sequence boundary at or after this many samples (`max_samples`).
+    Samples(u64),
+    /// Stop after this many sweeps (`max_sweeps`).
+    Sweeps(u64),
+}
+
+/// Configuration of a [`MinibatchSource`] (Python `MinibatchSource` arguments, READER.md §9.1).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MinibatchConfig {
+    /// Randomize (`randomize`, default true). A window of 0 chunks or 0 samples also turns it off, as in
+    /// CNTK.
+    pub randomize: bool,
+    /// The randomization window (default 128 chunks).
+    pub window: Window,
+    /// `randomization_seed` (default 0); sweep *k* is shuffled with `seed + k`.
+    pub seed: u64,
+    /// Run length (default: infinite).
+    pub run_length: RunLength,
+    /// Frame mode: every stream of every sequence must have at most one sample (`frame_mode`).
+    pub frame_mode: bool,
+    /// Number of workers reading the same data (`num_data_partitions`, default 1).
+    pub workers: u32,
+    /// This worker's rank (`partition_index`, default 0).
+    pub rank: u32,
+    /// Restore as CNTK 2.7 does, quirks included (see the module docs). Default false: exact
+    /// continuation.
+    pub cntk_restore_quirk: bool,
+}
+
+impl Default for MinibatchConfig {
+    fn default() -> Self {
+        MinibatchConfig {
+            randomize: true,
+            window: Window::Chunks(128),
+            seed: 0,
+            run_length: RunLength::Infinite,
+            frame_mode: false,
+            workers: 1,
+            rank: 0,
+            cntk_restore_quirk: false,
+        }
+    }
+}
+
+impl MinibatchConfig {
+    /// Whether sequences are actually randomized (on, with a non-zero window).
+    pub fn randomized(&self) -> bool {
+        self.randomize && !matches!(self.window, Window::Chunks(0) | Window::Samples(0))
+    }
+
+    /// The V2 run as an epoch: epoch 0 crossing sweeps (READER.md §4.5).
+    fn epoch(&self) -> EpochConfig {
+        let (epoch_size, sweeps) = match self.run_length {
+            RunLength::Infinite => (u64::MAX / 2, None),
+            RunLength::Samples(n) => (n, None),
+            RunLength::Sweeps(k) => (u64::MAX / 2, Some(k)),
+        };
+        EpochConfig { epoch_size, epoch_index: 0, workers: self.workers, rank: self.rank, sweeps, cross_sweeps: true }
+    }
+}
+
+/// One minibatch for this worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// The sequences in delivery order: keys, declared lengths and, per stream (in the deserializer's
+    /// stream order), their samples one sequence after another (`sequence_offsets` delimit them).
+    pub data: ChunkData,
+    /// The minibatch reached or crossed the end of a sweep (Python `MinibatchData.end_of_sweep`).
+    pub end_of_sweep: bool,
+    /// The minibatch reached the end of the run; the next call returns nothing.
+    pub end_of_run: bool,
+}
+
+impl Batch {
+    /// An empty batch for these streams.
+    pub fn new(streams: &[StreamSpec]) -> Batch {
+        Batch {
+            data: ChunkData {
+                keys: Vec::new(),
+                num_samples: Vec::new(),
+                streams: streams.iter().map(|s| StreamData::new(s.format, s.dim, s.element_type)).collect(),
+            },
+            end_of_sweep: false,
+            end_of_run: false,
+        }
+    }
+    /// Number of sequences.
+    pub fn num_sequences(&self) -> usize {
+        self.data.num_sequences()
+    }
+    /// Σ of the declared lengths (what the minibatch size counts).
+    pub fn num_declared_samples(&self) -> u64 {
+        self.data.num_samples.iter().map(|&n| u64::from(n)).sum()
+    }
+}
+
+/// A checkpoint of a [`MinibatchSource`]; see the module docs for its JSON form (version 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SourceState {
+    /// Format version: [`SourceState::VERSION`].
+    pub version: u32,
+    /// Global sample position of the next sequence (CNTK's `minibatchSourcePosition`).
+    pub position: u64,
+    /// Minibatches returned before the checkpoint.
+    pub minibatches: u64,
+    /// The data's sweep size in samples.
+    pub sweep_size: u64,
+}
+
+impl SourceState {
+    /// The version written by this library.
+    pub const VERSION: u32 = 1;
+
+    /// The state as one line of JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a state serializes")
+    }
+
+    /// Parses the JSON form. Errors: not JSON of this shape, or another version.
+    pub fn from_json(s: &str) -> Result<SourceState, Error> {
+        let st: SourceState =
+            serde_json::from_str(s).map_err(|e| Error::config(format!("not a minibatch source state: {e}")))?;
+        if st.version != Self::VERSION {
+            return Err(Error::config(format!(
+                "minibatch source state version {} is not supported (this library reads version {})",
+                st.version,
+                Self::VERSION
+            )));
+        }
+        Ok(st)
+    }
+}
+
+/// The parsed chunks the randomization window needs, least recently used evicted first.
+#[derive(Debug)]
+struct ChunkCache {
+    capacity: usize,
+    tick: u64,
+    entries: Vec<(u32, Arc<ChunkData>, u64)>,
+}
+
+impl ChunkCache {
+    fn get(&mut self, source: &dyn Deserializer, chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        self.tick += 1;
+        if let Some(e) = self.entries.iter_mut().find(|e| e.0 == chunk) {
+            e.2 = self.tick;
+            return Ok(e.1.clone());
+        }
+        let data = source.load_chunk(chunk)?;
+        self.insert(chunk, data.clone(), &[]);
+        Ok(data)
+    }
+
+    /// Adds a chunk, evicting the least recently used chunk not in `keep` when full.
+    fn insert(&mut self, chunk: u32, data: Arc<ChunkData>, keep: &[u32]) {
+        while self.entries.len() >= self.capacity {
+            let victim = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| keep.binary_search(&e.0).is_err())
+                .min_by_key(|(_, e)| e.2)
+                .map(|(i, _)| i);
+            match victim {
+                Some(i) => self.entries.swap_remove(i),
+                None => break,
+            };
+        }
+        self.entries.push((chunk, data, self.tick));
+    }
+
+    /// Loads the chunks of `needed` (sorted, distinct) that are not cached, in parallel; the first error in
+    /// chunk order is returned.
+    fn load_all(&mut self, source: &dyn Deserializer, needed: &[u32]) -> Result<(), Error> {
+        use rayon::prelude::*;
+        let missing: Vec<u32> = needed.iter().copied().filter(|c| !self.entries.iter().any(|e| e.0 == *c)).collect();
+        if missing.len() < 2 {
+            return Ok(());
+        }
+        let loaded: Vec<Result<Arc<ChunkData>, Error>> = missing.par_iter().map(|&c| source.load_chunk(c)).collect();
+        self.tick += 1;
+        for (c, d) in missing.into_iter().zip(loaded) {
+            self.insert(c, d?, needed);
+        }
+        Ok(())
+    }
+}
+
+type Enumerator = Box<dyn SequenceEnumerator + Send>;
+
+/// CNTK 2.7's V2 minibatch source over a [`Deserializer`], for one worker of `workers`.
+pub struct MinibatchSource {
+    source: Arc<dyn Deserializer>,
+    config: MinibatchConfig,
+    enumerator: Enumerator,
+    cache: ChunkCache,
+    minibatches: u64,
+    sweep_size: u64,
+    total_sequences: u64,
+}
+
+impl std::fmt::Debug for MinibatchSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MinibatchSource")
+            .field("config", &self.config)
+            .field("position", &self.enumerator.get_state())
+            .field("minibatches", &self.minibatches)
+            .finish()
+    }
+}
+
+impl MinibatchSource {
+    /// A source over `source`, positioned at the start of the run.
+    ///
+    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no chunks, samples or sequences in the
+    /// data, `workers == 0` or `rank >= workers`, and errors of the deserializer.
+    pub fn new(source: Arc<dyn Deserializer>, config: MinibatchConfig) -> Result<MinibatchSource, Error> {
+        let chunks = source.chunks();
+        let total_sequences = chunks.iter().map(|c| u64::from(c.num_sequences)).sum();
+        let capacity = if config.randomized() {
+            // The widest window of sweep 0, plus the chunk being read (only a cache size: a chunk evicted
+            // too early is loaded again, with the same result).
+            let mut cr = ChunkRandomizer::new(chunks, config.window);
+            cr.randomize(config.seed);
+            cr.chunks().iter().map(|c| (c.window_end - c.window_begin) as usize).max().unwrap_or(1) + 1
+        } else {
+            2
+        };
+        let enumerator = Self::enumerator(&source, &config)?;
+        let sweep_size = enumerator.sweep_size();
+        let mut s = MinibatchSource {
+            source,
+            config,
+            enumerator,
+            cache: ChunkCache { capacity, tick: 0, entries: Vec::new() },
+            minibatches: 0,
+            sweep_size,
+            total_sequences,
+        };
+        s.enumerator.start_epoch(&s.config.epoch())?;
+        Ok(s)
+    }
+
+    fn enumerator(source: &Arc<dyn Deserializer>, config: &MinibatchConfig) -> Result<Enumerator, Error> {
+        Ok(if config.randomized() {
+            Box::new(
+                BlockRandomizer::new(source.clone(), config.window, config.seed)?
+                    .with_cntk_seek_quirk(config.cntk_restore_quirk),
+            )
+        } else {
+            Box::new(NoRandomizer::new(source.clone())?)
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MinibatchConfig {
+        &self.config
+    }
+    /// The deserializer.
+    pub fn deserializer(&self) -> &Arc<dyn Deserializer> {
+        &self.source
+    }
+    /// The streams of every [`Batch`].
+    pub fn streams(&self) -> &[StreamSpec] {
+        self.source.streams()
+    }
+    /// Sweep size: Σ of the declared lengths of all sequences.
+    pub fn sweep_size(&self) -> u64 {
+        self.sweep_size
+    }
+    /// Number of sequences in one sweep.
+    pub fn num_sequences(&self) -> u64 {
+        self.total_sequences
+    }
+    /// Number of minibatches returned so far (continued by [`restore`](Self::restore)).
+    pub fn minibatches(&self) -> u64 {
+        self.minibatches
+    }
+
+    /// The next minibatch of about `size` samples for this worker, or `None` when the run is over.
+    ///
+    /// This worker's share of `size` is `⌊size / workers⌋`, plus one for ranks below `size mod workers`
+    /// (at least 1), counted with the declared lengths (READER.md §4.2).
+    ///
+    /// Errors: `size == 0`; a delivered sequence with no sample in some stream (CNTK: `Sequences must be
+    /// a least one frame long`); in frame mode a sequence with more than one sample in some stream; and
+    /// errors of the deserializer.
+    pub fn next_minibatch(&mut self, size: u64) -> Result<Option<Batch>, Error> {
+        let mut b = Batch::new(self.source.streams());
+        Ok(if self.next_minibatch_into(size, &mut b)? { Some(b) } else { None })
+    }
+
+    /// As [`next_minibatch`](Self::next_minibatch), into `batch` (reusing its allocations); returns false
+    /// (with `batch` empty) when the run is over.
+    pub fn next_minibatch_into(&mut self, size: u64, batch: &mut Batch) -> Result<bool, Error> {
+        if size == 0 {
+            return Err(Error::config("Requested minibatch size must be > 0."));
+        }
+        let workers = u64::from(self.config.workers);
+        let mut local = size / workers + u64::from(u64::from(self.config.rank) < size % workers);
+        if local == 0 {
+            log::warn!(
+                "The minibatch size '{size}' is too small to be used with {workers} workers, adjusting to \
+                 minibatch size of 1 sample per worker"
+            );
+            local = 1;
+        }
+        let mb = self.enumerator.get_next(u64::MAX, local)?;
+        prepare(batch, self.source.streams());
+        batch.end_of_sweep = mb.end_of_sweep;
+        batch.end_of_run = mb.end_of_epoch;
+        if mb.picks.is_empty() {
+            return Ok(false);
+        }
+        let mut needed: Vec<u32> = mb.picks.iter().map(|p| p.chunk).collect();
+        needed.sort_unstable();
+        needed.dedup();
+        self.cache.load_all(&*self.source, &needed)?;
+        let mut chunks = Vec::with_capacity(mb.picks.len());
+        for p in &mb.picks {
+            chunks.push(self.cache.get(&*self.source, p.chunk)?);
+        }
+        if self.config.frame_mode {
+            for (p, c) in mb.picks.iter().zip(&chunks) {
+                for st in &c.streams {
+                    let n = st.sequence_len(p.index as usize);
+                    if n > 1 {
+                        return Err(Error::config(format!("Detected a non-frame sequence of size {n} in frame mode."))
+                            .with_sequence(p.key));
+                    }
+                }
+            }
+        }
+        for (p, c) in mb.picks.iter().zip(&chunks) {
+            if let Some(st) = c.streams.iter().position(|st| st.sequence_len(p.index as usize) == 0) {
+                return Err(Error::config(format!(
+                    "AddSequence: Sequences must be a least one frame long (stream \"{}\" of sequence {} is empty).",
+                    self.source.streams()[st].name,
+                    p.key
+                ))
+                .with_sequence(p.key));
+            }
+        }
+        for (p, c) in mb.picks.iter().zip(&chunks) {
+            let i = p.index as usize;
+            batch.data.keys.push(p.key);
+            batch.data.num_samples.push(p.num_samples);
+            for (dst, src) in batch.data.streams.iter_mut().zip(&c.streams) {
+                append_sequence(dst, src, i);
+            }
+        }
+        self.minibatches += 1;
+        Ok(true)
+    }
+
+    /// A checkpoint of the current position (READER.md §8.1).
+    pub fn state(&self) -> SourceState {
+        SourceState {
+            version: SourceState::VERSION,
+            position: self.enumerator.get_state(),
+            minibatches: self.minibatches,
+            sweep_size: self.sweep_size,
+        }
+    }
+
+    /// Continues from a checkpoint taken from a source with the same data and configuration (see the
+    /// module docs for exact continuation and CNTK's quirks).
+    ///
+    /// Errors: another state version, or a sweep size that is not this data's.
+    pub fn restore(&mut self, state: &SourceState) -> Result<(), Error> {
+        if state.version != SourceState::VERSION {
+            return Err(Error::config(format!("minibatch source state version {} is not supported", state.version)));
+        }
+        if state.sweep_size != self.sweep_size {
+            return Err(Error::config(format!(
+                "the state is of data with {} samples per sweep, but this data has {}",
+                state.sweep_size, self.sweep_size
+            )));
+        }
+        let p = state.position;
+        let epoch = self.config.epoch();
+        // CNTK 2.7 (READER.md §8.3): RestoreFromCheckpoint seeks; the next GetNextMinibatch restarts the run
+        // (seek to 0), seeks again, and a configuration update seeks to the current position once more.
+        if p != self.enumerator.get_state() {
+            self.enumerator.set_state(p)?;
+        }
+        self.enumerator.start_epoch(&epoch)?;
+        if self.enumerator.get_state() != p {
+            self.enumerator.set_state(p)?;
+        }
+        let cur = self.enumerator.get_state();
+        self.enumerator.set_state(cur)?;
+        if !self.config.randomized() && !self.config.cntk_restore_quirk && self.config.workers > 1 {
+            // NoRandomizer deals sequence `gs` to worker `gs mod W`, with `gs` counting across sweeps; a seek
+            // restarts `gs` at the index within the sweep, k·T short (k = sweep, T = sequences per sweep).
+            // Dealing with the rank shifted by k·T mod W gives the uninterrupted run's assignment.
+            let w = u64::from(self.config.workers);
+            let k = cur / self.sweep_size;
+            let shift = ((k % w) * (self.total_sequences % w)) % w;
+            let rank = ((u64::from(self.config.rank) + w - shift) % w) as u32;
+            self.enumerator.start_epoch(&EpochConfig { rank, ..epoch })?;
+            self.enumerator.set_state(cur)?;
+        }
+        self.minibatches = state.minibatches;
+        Ok(())
+    }
+}
+
+/// Makes `batch` empty with the streams' layout, keeping allocations.
+fn prepare(batch: &mut Batch, streams: &[StreamSpec]) {
+    let same = batch.data.streams.len() == streams.len()
+        && batch
+            .data
+            .streams
+            .iter()
+            .zip(streams)
+            .all(|(d, s)| d.format() == s.format && d.dim == s.dim && d.values.element_type() == s.element_type);
+    if same {
+        batch.data.clear();
+    } else {
+        *batch = Batch::new(streams);
+    }
+    batch.end_of_sweep = false;
+    batch.end_of_run = false;
+}
+
+/// Appends sequence `i` of `src` to `dst` (same storage format).
+pub(crate) fn append_sequence(dst: &mut StreamData, src: &StreamData, i: usize) {
+    let samples = src.sequence_samples(i);
+    let n = samples.end - samples.start;
+    match (&mut dst.layout, &src.layout) {
+        (Layout::Dense, Layout::Dense) => {
+            let dim = src.dim;
+            dst.values.extend_from(&src.values, samples.start as usize * dim..samples.end as usize * dim);
+        }
+        (Layout::Sparse { indices, sample_offsets }, Layout::Sparse { indices: si, sample_offsets: so }) => {
+            let a = so[samples.start as usize] as usize;
+            let b = so[samples.end as usize] as usize;
+            dst.values.extend_from(&src.values, a..b);
+            indices.extend_from_slice(&si[a..b]);
+            let base = *sample_offsets.last().expect("starts with 0");
+            sample_offsets
+                .extend(so[samples.start as usize + 1..=samples.end as usize].iter().map(|&o| o - a as u64 + base));
+        }
+        _ => unreachable!("a deserializer's chunks have its streams' storage formats"),
+    }
+    let last = *dst.sequence_offsets.last().expect("starts with 0");
+    dst.sequence_offsets.push(last + n);
+}

@@ -1,0 +1,716 @@
+//! The minibatch source (`cntkio::source`): the worked examples of READER.md (§3.6, §4, §6, §8.3), a
+//! differential test against the Python model of CNTK 2.7's V2 `MinibatchSource` (`tools/v2_oracle.py` over
+//! `shared/conformance/tools`) on random CTF files and options, CBF and multi-file sources, and laws as
+//! property tests (every sweep delivers every sequence once; workers are disjoint and cover the data; a
+//! restore continues identically).
+//!
+//! When `python3` or `shared/` is missing the differential test prints a note and passes.
+
+mod common;
+
+use cntkio::cbf::CbfWriter;
+use cntkio::randomize::Window;
+use cntkio::source::{Batch, CbfSource, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength};
+use cntkio::{CtfOptions, CtfReader, Layout, Schema, StorageFormat, StreamSpec, Values};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+/// A stream of a test file: (name, dense, dim, definesMBSize).
+type S = (&'static str, bool, usize, bool);
+
+fn schema(streams: &[S]) -> Schema {
+    Schema::new(
+        streams
+            .iter()
+            .map(|&(n, dense, dim, mb)| {
+                StreamSpec::new(n, dim, if dense { StorageFormat::Dense } else { StorageFormat::Sparse })
+                    .defines_mb_size(mb)
+            })
+            .collect(),
+    )
+    .unwrap()
+}
+
+fn ctf(path: &Path, streams: &[S], chunk_size: u64) -> Arc<dyn Deserializer> {
+    let opts = CtfOptions { chunk_size, ..CtfOptions::default() };
+    Arc::new(CtfReader::open(path, &schema(streams), &opts).unwrap())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Every minibatch until the end of the run (at most `limit`).
+fn drain(src: &mut MinibatchSource, mb: u64, limit: usize) -> Vec<Batch> {
+    let mut out = Vec::new();
+    while out.len() < limit {
+        match src.next_minibatch(mb).unwrap() {
+            Some(b) => {
+                let end = b.end_of_run;
+                out.push(b);
+                if end {
+                    break;
+                }
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+fn keys(bs: &[Batch]) -> Vec<Vec<u64>> {
+    bs.iter().map(|b| b.data.keys.clone()).collect()
+}
+
+fn cfg(randomize: bool, window: Window, seed: u64, run_length: RunLength) -> MinibatchConfig {
+    MinibatchConfig { randomize, window, seed, run_length, ..MinibatchConfig::default() }
+}
+
+/// The 20-row file of CTF.md §3 / READER.md §3.6.
+fn twenty(dir: &Path) -> Arc<dyn Deserializer> {
+    let text: String = (0..20).map(|i| format!("{i} |a {i} {} |b {}:1\n", -i, i % 4)).collect();
+    ctf(&write(dir, "twenty.ctf", &text), &[("a", true, 2, false), ("b", false, 4, false)], 64)
+}
+
+#[test]
+fn worked_example_orders() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = twenty(dir.path());
+    assert_eq!(d.chunks().len(), 7);
+    for (window, order) in [
+        (Window::Chunks(128), "9 13 7 12 17 14 16 1 2 4 18 10 8 15 3 11 19 5 0 6"),
+        (Window::Chunks(1), "9 10 11 0 1 2 12 13 14 19 18 6 7 8 3 5 4 17 16 15"),
+        (Window::Chunks(2), "0 11 10 9 1 2 14 13 12 18 19 8 7 6 4 3 5 16 17 15"),
+        (Window::Samples(4), "9 10 11 0 1 2 12 13 14 19 18 7 8 6 3 5 4 17 16 15"),
+    ] {
+        let mut s = MinibatchSource::new(d.clone(), cfg(true, window, 0, RunLength::Sweeps(1))).unwrap();
+        let got: Vec<String> = keys(&drain(&mut s, 1000, 100)).concat().iter().map(|k| k.to_string()).collect();
+        assert_eq!(got.join(" "), order, "{window:?}");
+    }
+    let mut s = MinibatchSource::new(d, cfg(true, Window::Chunks(128), 0, RunLength::Sweeps(1))).unwrap();
+    let bs = drain(&mut s, 5, 100);
+    assert_eq!(
+        keys(&bs),
+        [vec![9, 13, 7, 12, 17], vec![14, 16, 1, 2, 4], vec![18, 10, 8, 15, 3], vec![11, 19, 5, 0, 6]]
+    );
+    assert_eq!(bs.iter().map(|b| b.end_of_sweep).collect::<Vec<_>>(), [false, false, false, true]);
+    assert!(s.next_minibatch(5).unwrap().is_none());
+    // The values travel with the keys: sequence 9 is `|a 9 -9 |b 1:1`.
+    let b = &bs[0].data;
+    assert_eq!(b.streams[0].values, Values::F32(vec![9., -9., 13., -13., 7., -7., 12., -12., 17., -17.]));
+    assert_eq!(b.streams[0].sequence_offsets, [0, 1, 2, 3, 4, 5]);
+    match &b.streams[1].layout {
+        Layout::Sparse { indices, sample_offsets } => {
+            assert_eq!(indices, &[1, 1, 3, 0, 1]);
+            assert_eq!(sample_offsets, &[0, 1, 2, 3, 4, 5]);
+        }
+        Layout::Dense => panic!("b is sparse"),
+    }
+}
+
+#[test]
+fn sweep_ends_and_max_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = ctf(&write(dir.path(), "four.ctf", "0 |a 0\n1 |a 1\n2 |a 2\n3 |a 3\n"), &[("a", true, 1, false)], 1 << 20);
+    for randomize in [false, true] {
+        let mut s =
+            MinibatchSource::new(d.clone(), cfg(randomize, Window::Chunks(128), 0, RunLength::Sweeps(3))).unwrap();
+        let bs = drain(&mut s, 5, 100);
+        let got: Vec<(usize, bool)> = bs.iter().map(|b| (b.num_sequences(), b.end_of_sweep)).collect();
+        assert_eq!(got, [(5, true), (5, true), (2, true)], "randomize {randomize}");
+        assert!(s.next_minibatch(5).unwrap().is_none());
+        let mut s =
+            MinibatchSource::new(d.clone(), cfg(randomize, Window::Chunks(128), 0, RunLength::Samples(11))).unwrap();
+        let bs = drain(&mut s, 5, 100);
+        let got: Vec<(usize, bool)> = bs.iter().map(|b| (b.num_sequences(), b.end_of_sweep)).collect();
+        assert_eq!(got, [(5, true), (5, true), (1, false)], "randomize {randomize}");
+    }
+    let mut s = MinibatchSource::new(d, MinibatchConfig::default()).unwrap();
+    assert!(s.next_minibatch(0).is_err());
+}
+
+fn twelve(dir: &Path) -> Arc<dyn Deserializer> {
+    let text: String = (0..12).map(|i| format!("{i} |a {i}\n")).collect();
+    ctf(&write(dir, "twelve.ctf", &text), &[("a", true, 1, false)], 16)
+}
+
+#[test]
+fn distributed_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = twelve(dir.path());
+    assert_eq!(d.chunks().len(), 7);
+    let run = |randomize: bool, rank: u32| {
+        let c = MinibatchConfig { workers: 2, rank, ..cfg(randomize, Window::Chunks(1), 0, RunLength::Sweeps(1)) };
+        keys(&drain(&mut MinibatchSource::new(d.clone(), c).unwrap(), 4, 100))
+    };
+    assert_eq!(run(false, 0), [vec![0, 2], vec![4, 6], vec![8, 10]]);
+    assert_eq!(run(false, 1), [vec![1, 3], vec![5, 7], vec![9, 11]]);
+    assert_eq!(run(true, 0), [vec![6, 7], vec![9, 8], vec![5, 4], vec![10]]);
+    assert_eq!(run(true, 1), [vec![0, 1], vec![11, 3], vec![2]]);
+}
+
+#[test]
+fn restore_example_exact_and_cntk_quirk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = twelve(dir.path());
+    let c = cfg(true, Window::Chunks(1), 1, RunLength::Sweeps(1));
+    let mut full = MinibatchSource::new(d.clone(), c.clone()).unwrap();
+    let all = keys(&drain(&mut full, 3, 100));
+    assert_eq!(all, [vec![7, 6, 1], vec![0, 2, 3], vec![10, 8, 9], vec![5, 4, 11]]);
+    let mut first = MinibatchSource::new(d.clone(), c.clone()).unwrap();
+    drain(&mut first, 3, 2);
+    let state = first.state();
+    assert_eq!((state.position, state.minibatches), (6, 2));
+    let json = state.to_json();
+    assert_eq!(json, r#"{"version":1,"position":6,"minibatches":2,"sweep_size":12}"#);
+    let state = cntkio::source::SourceState::from_json(&json).unwrap();
+    // Exact by default.
+    let mut r = MinibatchSource::new(d.clone(), c.clone()).unwrap();
+    r.restore(&state).unwrap();
+    assert_eq!(keys(&drain(&mut r, 3, 100)), all[2..]);
+    assert_eq!(r.minibatches(), 4);
+    // CNTK's quirk on request.
+    let mut q = MinibatchSource::new(d.clone(), MinibatchConfig { cntk_restore_quirk: true, ..c.clone() }).unwrap();
+    q.restore(&state).unwrap();
+    assert_eq!(keys(&drain(&mut q, 3, 100)), [vec![10, 9, 8], vec![5, 4, 11]]);
+    // Wrong data or version.
+    let mut bad = state;
+    bad.sweep_size = 13;
+    assert!(r.restore(&bad).is_err());
+    assert!(cntkio::source::SourceState::from_json(r#"{"version":2,"position":6,"minibatches":2,"sweep_size":12}"#)
+        .is_err());
+}
+
+#[test]
+fn frame_mode_and_empty_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "f.ctf", "0 |a 1\n1 |a 2\n1 |a 3\n2 |a 4\n");
+    let d = ctf(&p, &[("a", true, 1, false)], 1 << 20);
+    let frame = MinibatchConfig { frame_mode: true, ..cfg(false, Window::Chunks(128), 0, RunLength::Sweeps(1)) };
+    let mut s = MinibatchSource::new(d.clone(), frame.clone()).unwrap();
+    assert_eq!(s.next_minibatch(1).unwrap().unwrap().data.keys, [0]);
+    let e = s.next_minibatch(1).unwrap_err();
+    assert!(e.to_string().contains("non-frame sequence of size 2"), "{e}");
+    let p = write(dir.path(), "e.ctf", "0 |a 1 |b 0:1\n1 |a 2\n");
+    let d = ctf(&p, &[("a", true, 1, false), ("b", false, 3, false)], 1 << 20);
+    let mut s = MinibatchSource::new(d, cfg(false, Window::Chunks(128), 0, RunLength::Sweeps(1))).unwrap();
+    // The CTF reader already refuses the chunk (CTF.md §6.2); the packer's own check is for CBF files.
+    assert!(s.next_minibatch(2).is_err());
+}
+
+#[test]
+fn cbf_source_matches_its_ctf_twin() {
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = (0..50).map(|i| format!("{i} |a {i} {} |b {}:{}\n", i * 2, i % 4, i + 1)).collect();
+    let p = write(dir.path(), "x.ctf", &text);
+    let streams = [("a", true, 2, false), ("b", false, 4, false)];
+    let c = ctf(&p, &streams, 100);
+    let data = cntkio_core::ctf::parse::parse_bytes(
+        text.as_bytes(),
+        &schema(&streams),
+        false,
+        &mut cntkio_core::ctf::parse::FailFast,
+    )
+    .unwrap();
+    let cbf = |name: &str, chunk_size: u64| -> Arc<dyn Deserializer> {
+        let bin = dir.path().join(name);
+        let mut w = CbfWriter::create(&bin, &schema(&streams), chunk_size).unwrap();
+        w.write(&data).unwrap();
+        w.finish().unwrap();
+        Arc::new(CbfSource::open(&bin).unwrap())
+    };
+    let small = cbf("small.bin", 100);
+    assert!(small.chunks().len() > 5);
+    let whole = cbf("whole.bin", 1 << 20);
+    let one = ctf(&p, &streams, 1 << 20);
+    assert_eq!(whole.chunks(), one.chunks(), "one chunk each");
+    // CTF keys are the ids 0..50 and CBF keys the sequence indices 0..50: the same here.
+    let off = cfg(false, Window::Chunks(3), 7, RunLength::Sweeps(2));
+    let x = drain(&mut MinibatchSource::new(c, off.clone()).unwrap(), 7, 1000);
+    assert_eq!(x, drain(&mut MinibatchSource::new(small, off).unwrap(), 7, 1000));
+    for window in [Window::Chunks(1), Window::Samples(10)] {
+        let on = cfg(true, window, 7, RunLength::Sweeps(2));
+        let x = drain(&mut MinibatchSource::new(one.clone(), on.clone()).unwrap(), 7, 1000);
+        assert_eq!(x, drain(&mut MinibatchSource::new(whole.clone(), on).unwrap(), 7, 1000));
+    }
+}
+
+#[test]
+fn multi_file_source_concatenates_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = [("a", true, 1, false)];
+    let all: String = (0..30).map(|i| format!("{i} |a {i}\n")).collect();
+    let one = ctf(&write(dir.path(), "all.ctf", &all), &streams, 40);
+    let shards: Vec<Arc<dyn Deserializer>> = (0..3)
+        .map(|k| {
+            let t: String = (k * 10..k * 10 + 10).map(|i| format!("{i} |a {i}\n")).collect();
+            ctf(&write(dir.path(), &format!("s{k}.ctf"), &t), &streams, 40)
+        })
+        .collect();
+    let multi: Arc<dyn Deserializer> = Arc::new(MultiSource::new(shards).unwrap());
+    let conf = cfg(false, Window::Chunks(128), 0, RunLength::Sweeps(2));
+    let x = drain(&mut MinibatchSource::new(one, conf.clone()).unwrap(), 7, 1000);
+    let y = drain(&mut MinibatchSource::new(multi.clone(), conf).unwrap(), 7, 1000);
+    assert_eq!(keys(&x), keys(&y));
+    let mut s = MinibatchSource::new(multi, cfg(true, Window::Chunks(2), 3, RunLength::Sweeps(1))).unwrap();
+    let mut k = keys(&drain(&mut s, 4, 1000)).concat();
+    k.sort();
+    assert_eq!(k, (0..30).collect::<Vec<u64>>());
+    // Different streams are refused.
+    let other = ctf(&write(dir.path(), "o.ctf", "0 |a 1 2\n"), &[("a", true, 2, false)], 40);
+    let first = ctf(&dir.path().join("s0.ctf"), &streams, 40);
+    assert!(MultiSource::new(vec![first, other]).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Differential against the Python model.
+
+fn model_available() -> bool {
+    let model = common::shared_dir().join("conformance/tools/v2model.py");
+    if !model.is_file() {
+        eprintln!("note: {} not found; skipping the V2 model differential.", model.display());
+        return false;
+    }
+    match Command::new("python3").arg("--version").output() {
+        Ok(o) if o.status.success() => true,
+        _ => {
+            eprintln!("note: python3 is not available; skipping the V2 model differential.");
+            false
+        }
+    }
+}
+
+fn run_oracle(jobs: &[Value]) -> Vec<Value> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/v2_oracle.py");
+    let input = Value::Array(jobs.to_vec()).to_string();
+    let mut child = Command::new("python3")
+        .arg(script)
+        .env("CNTKIO_SHARED_DIR", common::shared_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start python3");
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().expect("python3 output");
+    writer.join().unwrap().expect("write the jobs");
+    assert!(out.status.success(), "v2_oracle.py failed: {}", out.status);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON from v2_oracle.py");
+    v.as_array().expect("a list").clone()
+}
+
+fn num(v: &Values, i: usize) -> Value {
+    json!(v.get_f64(i))
+}
+
+/// A batch in the oracle's form.
+fn canon(b: &Batch, index: u64, streams: &[StreamSpec]) -> Value {
+    let mut st = serde_json::Map::new();
+    for (spec, d) in streams.iter().zip(&b.data.streams) {
+        let mut seqs = Vec::new();
+        for s in 0..d.num_sequences() {
+            let mut samples = Vec::new();
+            for k in d.sequence_samples(s) {
+                let r = d.sample_value_range(k);
+                samples.push(match &d.layout {
+                    Layout::Dense => Value::Array(r.map(|i| num(&d.values, i)).collect()),
+                    Layout::Sparse { indices, .. } => {
+                        Value::Array(r.map(|i| json!([indices[i], num(&d.values, i)])).collect())
+                    }
+                });
+            }
+            seqs.push(Value::Array(samples));
+        }
+        st.insert(spec.name.clone(), Value::Array(seqs));
+    }
+    json!({"mb": index, "sweep_end": b.end_of_sweep, "keys": b.data.keys, "lens": b.data.num_samples, "streams": st})
+}
+
+/// What cntkio makes of a job: the oracle's result shape.
+fn run_cntkio(job: &Value) -> Value {
+    let path = job["path"].as_str().unwrap();
+    let streams: Vec<StreamSpec> = job["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let f = if s["dense"].as_bool().unwrap() { StorageFormat::Dense } else { StorageFormat::Sparse };
+            StreamSpec::new(s["name"].as_str().unwrap(), s["dim"].as_u64().unwrap() as usize, f)
+                .alias(s["alias"].as_str().unwrap())
+                .defines_mb_size(s["defines"].as_bool().unwrap_or(false))
+        })
+        .collect();
+    let opts = CtfOptions { chunk_size: job["chunk_size"].as_u64().unwrap(), ..CtfOptions::default() };
+    let reader = CtfReader::open(path, &Schema::new(streams.clone()).unwrap(), &opts).unwrap();
+    let d: Arc<dyn Deserializer> = Arc::new(reader);
+    let window = match job["window_samples"].as_u64() {
+        Some(w) => Window::Samples(w),
+        None => Window::Chunks(job["window_chunks"].as_u64().unwrap()),
+    };
+    let run_length = match (job["max_sweeps"].as_u64(), job["max_samples"].as_u64()) {
+        (Some(k), _) => RunLength::Sweeps(k),
+        (_, Some(n)) => RunLength::Samples(n),
+        _ => RunLength::Infinite,
+    };
+    let config = MinibatchConfig {
+        randomize: job["randomize"].as_bool().unwrap(),
+        window,
+        seed: job["seed"].as_u64().unwrap(),
+        run_length,
+        frame_mode: job["frame"].as_bool().unwrap(),
+        workers: job["workers"].as_u64().unwrap() as u32,
+        rank: job["rank"].as_u64().unwrap() as u32,
+        cntk_restore_quirk: job["quirk"].as_bool().unwrap(),
+    };
+    let mb = job["mb"].as_u64().unwrap();
+    let limit = job["max_mbs"].as_u64().unwrap();
+    let read = |s: &mut MinibatchSource, limit: u64| -> (Vec<Value>, Value) {
+        let mut out = Vec::new();
+        while (out.len() as u64) < limit {
+            match s.next_minibatch(mb) {
+                Ok(Some(b)) => {
+                    out.push(canon(&b, s.minibatches() - 1, &streams));
+                    if b.end_of_run {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return (out, json!(e.to_string())),
+            }
+        }
+        (out, Value::Null)
+    };
+    let mut s = MinibatchSource::new(d.clone(), config.clone()).unwrap();
+    match job["checkpoint_after"].as_u64() {
+        None => {
+            let (b, e) = read(&mut s, limit);
+            json!({"batches": b, "error": e, "state": null, "restored": null})
+        }
+        Some(k) => {
+            let (b, e) = read(&mut s, k);
+            if !e.is_null() {
+                return json!({"batches": b, "error": e, "state": null, "restored": null});
+            }
+            let state = s.state();
+            let mut r = MinibatchSource::new(d, config).unwrap();
+            r.restore(&state).unwrap();
+            let (rb, e) = read(&mut r, limit);
+            json!({"batches": b, "error": e, "state": state.position, "restored": rb})
+        }
+    }
+}
+
+/// A small deterministic generator for test data.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let x = self.0;
+        (x ^ (x >> 29)).wrapping_mul(0xbf58476d1ce4e5b9) >> 16
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A random CTF file: `n` sequences with ids, 1..=max_rows rows each, dense `a` (dim 2) on every row,
+/// sparse `b` (dim 5) on some rows (on at least one row of each sequence unless `allow_empty`).
+fn random_ctf(rng: &mut Rng, n: u64, max_rows: u64, allow_empty: bool) -> String {
+    let mut t = String::new();
+    for id in 0..n {
+        let rows = 1 + rng.below(max_rows);
+        let with_b = rng.below(rows);
+        for r in 0..rows {
+            t += &format!("{id} |a {} {}", rng.below(100) as i64 - 50, rng.below(7));
+            let b = if allow_empty { rng.below(5) != 0 } else { r == with_b || rng.below(2) == 0 };
+            if b {
+                t += &format!(" |b {}:{} {}:1", rng.below(5), rng.below(9), rng.below(5));
+            }
+            t += "\n";
+        }
+    }
+    t
+}
+
+fn random_job(rng: &mut Rng, dir: &Path, i: usize) -> Value {
+    let frame = rng.below(6) == 0;
+    let n = 1 + rng.below(40);
+    let max_rows = if frame { 1 + rng.below(4) / 3 } else { 1 + rng.below(4) };
+    let allow_empty = rng.below(15) == 0;
+    let text = random_ctf(rng, n, max_rows, allow_empty);
+    let path = write(dir, &format!("r{i}.ctf"), &text);
+    let defines = rng.below(4) == 0;
+    let randomize = rng.below(3) != 0;
+    let workers = if rng.below(3) == 0 { 1 + rng.below(3) } else { 1 };
+    let (max_sweeps, max_samples) = match rng.below(4) {
+        0 => (Value::Null, json!(1 + rng.below(3 * n * max_rows))),
+        1 => (Value::Null, Value::Null),
+        _ => (json!(1 + rng.below(3)), Value::Null),
+    };
+    let sample_window = rng.below(3) == 0;
+    let chunk_size = [1u64, 16, 40, 100, 300, 1 << 20][rng.below(6) as usize];
+    json!({
+        "path": path.to_str().unwrap(),
+        "streams": [
+            {"name": "a", "alias": "a", "dense": true, "dim": 2, "defines": false},
+            {"name": "b", "alias": "b", "dense": false, "dim": 5, "defines": defines},
+        ],
+        "mb": 1 + rng.below(12),
+        "chunk_size": chunk_size,
+        "randomize": randomize,
+        "seed": rng.below(4),
+        "window_chunks": if sample_window { Value::Null } else { json!(1 + rng.below(5)) },
+        "window_samples": if sample_window { json!(1 + rng.below(30)) } else { Value::Null },
+        "max_sweeps": max_sweeps,
+        "max_samples": max_samples,
+        "frame": frame,
+        "workers": workers,
+        "rank": rng.below(workers),
+        "max_mbs": 60,
+        "checkpoint_after": if rng.below(3) == 0 { json!(rng.below(6)) } else { Value::Null },
+        "quirk": true,
+    })
+}
+
+#[test]
+fn random_runs_match_python_model() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x5eed);
+    let jobs: Vec<Value> = (0..160).map(|i| random_job(&mut rng, dir.path(), i)).collect();
+    let model = run_oracle(&jobs);
+    let (mut batches, mut errors, mut restored) = (0, 0, 0);
+    for (job, want) in jobs.iter().zip(&model) {
+        let got = run_cntkio(job);
+        assert_eq!(got["batches"], want["batches"], "job {job}");
+        assert_eq!(got["state"], want["state"], "job {job}");
+        assert_eq!(got["restored"], want["restored"], "job {job}");
+        assert_eq!(got["error"].is_null(), want["error"].is_null(), "job {job}: {} vs {}", got["error"], want["error"]);
+        batches += want["batches"].as_array().unwrap().len();
+        errors += usize::from(!want["error"].is_null());
+        restored += usize::from(!want["restored"].is_null());
+    }
+    eprintln!("{} jobs, {batches} minibatches, {errors} errors, {restored} restores: identical", jobs.len());
+    assert!(batches > 500 && restored > 10);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Laws, on an in-memory deserializer.
+
+/// Chunks of sequences `(declared length, key)`; one dense stream `a` of dim 1 whose samples hold the key.
+struct Mem {
+    chunks: Vec<cntkio::randomize::ChunkInfo>,
+    seqs: Vec<Vec<u32>>,
+    first_key: Vec<u64>,
+    streams: Vec<StreamSpec>,
+}
+
+impl Mem {
+    fn new(lens: Vec<Vec<u32>>) -> Mem {
+        let mut first_key = Vec::new();
+        let mut k = 0u64;
+        for c in &lens {
+            first_key.push(k);
+            k += c.len() as u64;
+        }
+        Mem {
+            chunks: lens
+                .iter()
+                .map(|c| cntkio::randomize::ChunkInfo {
+                    num_samples: c.iter().map(|&l| u64::from(l)).sum(),
+                    num_sequences: c.len() as u32,
+                })
+                .collect(),
+            seqs: lens,
+            first_key,
+            streams: vec![StreamSpec::new("a", 1, StorageFormat::Dense)],
+        }
+    }
+    fn num_sequences(&self) -> u64 {
+        self.seqs.iter().map(|c| c.len() as u64).sum()
+    }
+}
+
+impl cntkio::randomize::SequenceSource for Mem {
+    fn chunks(&self) -> &[cntkio::randomize::ChunkInfo] {
+        &self.chunks
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<cntkio::randomize::SequenceInfo>) -> Result<(), cntkio::Error> {
+        let c = chunk as usize;
+        out.extend(
+            self.seqs[c]
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| cntkio::randomize::SequenceInfo { num_samples: l, key: self.first_key[c] + i as u64 }),
+        );
+        Ok(())
+    }
+}
+
+impl Deserializer for Mem {
+    fn streams(&self) -> &[StreamSpec] {
+        &self.streams
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<cntkio::ChunkData>, cntkio::Error> {
+        let c = chunk as usize;
+        let mut d = cntkio::ChunkData::new(&Schema::new(self.streams.clone()).unwrap());
+        for (i, &l) in self.seqs[c].iter().enumerate() {
+            let key = self.first_key[c] + i as u64;
+            d.keys.push(key);
+            d.num_samples.push(l);
+            let s = &mut d.streams[0];
+            for _ in 0..l {
+                s.values.push_f64(key as f64);
+            }
+            let last = *s.sequence_offsets.last().unwrap();
+            s.sequence_offsets.push(last + u64::from(l));
+        }
+        Ok(Arc::new(d))
+    }
+}
+
+fn structure() -> impl Strategy<Value = Vec<Vec<u32>>> {
+    prop::collection::vec(prop::collection::vec(1u32..5, 0..6), 1..10)
+        .prop_filter("some sequence", |c| c.iter().any(|x| !x.is_empty()))
+}
+
+fn window() -> impl Strategy<Value = Window> {
+    prop_oneof![(1u64..6).prop_map(Window::Chunks), (1u64..30).prop_map(Window::Samples)]
+}
+
+fn config() -> impl Strategy<Value = MinibatchConfig> {
+    (any::<bool>(), window(), 0u64..5).prop_map(|(randomize, window, seed)| MinibatchConfig {
+        randomize,
+        window,
+        seed,
+        ..MinibatchConfig::default()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_sweep_delivers_every_sequence_once(lens in structure(), c in config(), sweeps in 1u64..4, mb in 1u64..12) {
+        let mem = Arc::new(Mem::new(lens));
+        let n = mem.num_sequences();
+        let mut s = MinibatchSource::new(mem, MinibatchConfig { run_length: RunLength::Sweeps(sweeps), ..c }).unwrap();
+        let bs = drain(&mut s, mb, 100_000);
+        let mut got: Vec<u64> = keys(&bs).concat();
+        // The values travel with their keys.
+        for b in &bs {
+            let d = &b.data.streams[0];
+            for (i, &k) in b.data.keys.iter().enumerate() {
+                for j in d.sequence_samples(i) {
+                    prop_assert_eq!(d.values.get_f64(j as usize), k as f64);
+                }
+            }
+        }
+        prop_assert_eq!(got.len() as u64, n * sweeps);
+        // Sweep by sweep: each run of n sequences is a permutation.
+        for sweep in got.chunks_mut(n as usize) {
+            sweep.sort();
+            prop_assert_eq!(sweep.to_vec(), (0..n).collect::<Vec<u64>>());
+        }
+        prop_assert!(bs.last().unwrap().end_of_sweep && bs.last().unwrap().end_of_run);
+        prop_assert!(s.next_minibatch(mb).unwrap().is_none());
+    }
+
+    #[test]
+    fn workers_are_disjoint_and_cover(lens in structure(), c in config(), workers in 1u32..5, mb in 1u64..12) {
+        let mem = Arc::new(Mem::new(lens));
+        let n = mem.num_sequences();
+        let mut all = Vec::new();
+        for rank in 0..workers {
+            let conf = MinibatchConfig { run_length: RunLength::Sweeps(1), workers, rank, ..c.clone() };
+            let mut s = MinibatchSource::new(mem.clone(), conf).unwrap();
+            all.extend(keys(&drain(&mut s, mb, 100_000)).concat());
+        }
+        all.sort();
+        prop_assert_eq!(all, (0..n).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn restore_continues_identically(lens in structure(), c in config(), workers in 1u32..4, rank in 0u32..4,
+                                     mb in 1u64..12, at in 0usize..30) {
+        let rank = rank % workers;
+        let mem = Arc::new(Mem::new(lens));
+        let conf = MinibatchConfig { run_length: RunLength::Sweeps(3), workers, rank, ..c };
+        let full = drain(&mut MinibatchSource::new(mem.clone(), conf.clone()).unwrap(), mb, 100_000);
+        let at = at.min(full.len());
+        let mut first = MinibatchSource::new(mem.clone(), conf.clone()).unwrap();
+        prop_assert_eq!(&drain(&mut first, mb, at)[..], &full[..at]);
+        let state = cntkio::source::SourceState::from_json(&first.state().to_json()).unwrap();
+        let mut r = MinibatchSource::new(mem.clone(), conf.clone()).unwrap();
+        r.restore(&state).unwrap();
+        prop_assert_eq!(&drain(&mut r, mb, 100_000)[..], &full[at..]);
+        // In place, after reading to the end (a rewind).
+        first.restore(&state).unwrap();
+        prop_assert_eq!(&drain(&mut first, mb, 100_000)[..], &full[at..]);
+    }
+}
+
+/// Randomization off, 2 workers, 3 sequences: after a restore in sweep 1, CNTK restarts the round robin
+/// at the sequence's index within the sweep (its quirk); cntkio continues the uninterrupted assignment.
+#[test]
+fn restore_keeps_the_round_robin_across_sweeps() {
+    let mem = Arc::new(Mem::new(vec![vec![1, 1, 1]]));
+    let conf = MinibatchConfig {
+        randomize: false,
+        run_length: RunLength::Sweeps(4),
+        workers: 2,
+        rank: 0,
+        ..MinibatchConfig::default()
+    };
+    let full = keys(&drain(&mut MinibatchSource::new(mem.clone(), conf.clone()).unwrap(), 2, 100));
+    assert_eq!(full, [vec![0], vec![2], vec![1], vec![0], vec![2], vec![1]]);
+    let mut first = MinibatchSource::new(mem.clone(), conf.clone()).unwrap();
+    drain(&mut first, 2, 3);
+    let state = first.state();
+    assert_eq!(state.position, 5);
+    let mut exact = MinibatchSource::new(mem.clone(), conf.clone()).unwrap();
+    exact.restore(&state).unwrap();
+    assert_eq!(keys(&drain(&mut exact, 2, 100)), full[3..]);
+    let mut quirk = MinibatchSource::new(mem, MinibatchConfig { cntk_restore_quirk: true, ..conf }).unwrap();
+    quirk.restore(&state).unwrap();
+    assert_ne!(keys(&drain(&mut quirk, 2, 100)), full[3..]);
+}
+
+/// READER.md §7: features in one file, labels in another, joined by key; keys missing in the labels are
+/// dropped; the result reads like one file holding both streams.
+#[test]
+fn composite_joins_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let feats: String = (0..20).map(|i| format!("{i} |x {i}\n{i} |x {}\n", i + 100)).collect();
+    let labels: String = (0..20).rev().filter(|i| i % 5 != 0).map(|i| format!("{i} |y {}:1\n", i % 3)).collect();
+    let both: String =
+        (0..20).filter(|i| i % 5 != 0).map(|i| format!("{i} |x {i} |y {}:1\n{i} |x {}\n", i % 3, i + 100)).collect();
+    let f = ctf(&write(dir.path(), "f.ctf", &feats), &[("x", true, 1, false)], 1 << 20);
+    let l = ctf(&write(dir.path(), "l.ctf", &labels), &[("y", false, 3, false)], 30);
+    let b = ctf(&write(dir.path(), "b.ctf", &both), &[("x", true, 1, false), ("y", false, 3, false)], 1 << 20);
+    let joined: Arc<dyn Deserializer> = Arc::new(cntkio::source::Composite::new(vec![f.clone(), l.clone()]).unwrap());
+    assert_eq!(joined.streams().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["x", "y"]);
+    assert_eq!(joined.chunks(), b.chunks());
+    for randomize in [false, true] {
+        let c = cfg(randomize, Window::Chunks(4), 3, RunLength::Sweeps(2));
+        let x = drain(&mut MinibatchSource::new(joined.clone(), c.clone()).unwrap(), 5, 1000);
+        assert_eq!(x, drain(&mut MinibatchSource::new(b.clone(), c).unwrap(), 5, 1000));
+    }
+    // With labels defining the length, every sequence counts 1 sample.
+    let ly = ctf(&dir.path().join("l.ctf"), &[("y", false, 3, true)], 30);
+    let j = cntkio::source::Composite::new(vec![f.clone(), ly]).unwrap();
+    assert_eq!(cntkio::randomize::SequenceSource::chunks(&j)[0].num_samples, 16);
+    // No common key.
+    let other = ctf(&write(dir.path(), "o.ctf", "77 |y 0:1\n"), &[("y", false, 3, false)], 30);
+    let e = cntkio::source::Composite::new(vec![f, other]).unwrap_err();
+    assert!(e.to_string().contains("Could not reconcile"), "{e}");
+}
