@@ -4,5 +4,5 @@
 # Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --workspace --all-targets
+cargo test --workspace --all-targets --no-fail-fast
 cargo test --workspace --doc
