@@ -101,8 +101,10 @@ def _dim_of(shape: Any) -> Tuple[int, Tuple[int, ...]]:
         dims: Tuple[int, ...] = (int(shape),)
     else:
         try:
+            if isinstance(shape, (str, bytes)):
+                raise TypeError
             dims = tuple(int(d) for d in shape)
-        except TypeError:
+        except (TypeError, ValueError):
             raise UsageError(f"shape must be an int or a tuple of ints, found {shape!r}") from None
     if any(d < 0 for d in dims):
         raise UsageError(f"shape must not be negative, found {shape!r}")
