@@ -6,3 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --all-targets --no-fail-fast
 cargo test --workspace --doc
+# The Python package: built with maturin, installed into a venv, tested with pytest.
+bash scripts/test-python.sh -q

@@ -88,8 +88,67 @@ pub fn dump(path: &Path, mmap: bool, w: &mut impl Write, progress: &Progress) ->
     Ok(())
 }
 
+/// The per-stream totals `inspect` prints beside its JSON report.
+pub struct CbfTotals {
+    f: CbfFile,
+    len: u64,
+    samples: Vec<u64>,
+    nnz: Vec<u64>,
+    /// Sorted meta lengths.
+    lengths: Vec<u32>,
+    chunks: Vec<serde_json::Value>,
+}
+
 /// `inspect` of a CBF file.
 pub fn inspect(path: &Path, json_out: bool) -> Result<(), Error> {
+    let (report, t) = inspect_report(path)?;
+    let CbfTotals { f, len, samples, nnz, lengths, chunks } = t;
+    let q = |p: f64| lengths.get(((lengths.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
+    if json_out {
+        out!("{}", serde_json::to_string_pretty(&report).expect("json"))?;
+        return Ok(());
+    }
+    out!("{}: CBF version 1, {} bytes, header at byte {}", path.display(), len, f.header().header_offset())?;
+    out!(
+        "  sequences {}   samples {}   chunks {}   sequence length: min {}, median {}, p90 {}, max {}",
+        report["sequences"],
+        report["samples"],
+        f.chunk_count(),
+        q(0.0),
+        q(0.5),
+        q(0.9),
+        q(1.0)
+    )?;
+    out!("  streams:")?;
+    for (i, s) in f.streams().iter().enumerate() {
+        out!(
+            "    {:<14} {:<6} {:<6} dim {:<9} samples {:<10}{}",
+            s.name,
+            s.format.name(),
+            s.element_type.cntk_name(),
+            s.dim,
+            samples[i],
+            if s.format == StorageFormat::Sparse { format!(" nnz {}", nnz[i]) } else { String::new() }
+        )?;
+    }
+    out!("  chunks:")?;
+    for (k, c) in chunks.iter().enumerate().take(20) {
+        out!(
+            "    {k:<5} at byte {:<12} {:>12} bytes  {:>8} sequences  {:>9} samples",
+            c["offset"],
+            c["bytes"],
+            c["sequences"],
+            c["samples"]
+        )?;
+    }
+    if chunks.len() > 20 {
+        out!("    … {} more (see --json)", chunks.len() - 20)?;
+    }
+    Ok(())
+}
+
+/// The report of `inspect --json` on a CBF file, and the totals the text output needs.
+pub fn inspect_report(path: &Path) -> Result<(serde_json::Value, CbfTotals), Error> {
     let f = CbfFile::open(path)?;
     let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let schema = f.schema()?;
@@ -143,47 +202,7 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<(), Error> {
         "streams": streams,
         "chunks": chunks,
     });
-    if json_out {
-        out!("{}", serde_json::to_string_pretty(&report).expect("json"))?;
-        return Ok(());
-    }
-    out!("{}: CBF version 1, {} bytes, header at byte {}", path.display(), len, f.header().header_offset())?;
-    out!(
-        "  sequences {}   samples {}   chunks {}   sequence length: min {}, median {}, p90 {}, max {}",
-        report["sequences"],
-        report["samples"],
-        f.chunk_count(),
-        q(0.0),
-        q(0.5),
-        q(0.9),
-        q(1.0)
-    )?;
-    out!("  streams:")?;
-    for (i, s) in f.streams().iter().enumerate() {
-        out!(
-            "    {:<14} {:<6} {:<6} dim {:<9} samples {:<10}{}",
-            s.name,
-            s.format.name(),
-            s.element_type.cntk_name(),
-            s.dim,
-            samples[i],
-            if s.format == StorageFormat::Sparse { format!(" nnz {}", nnz[i]) } else { String::new() }
-        )?;
-    }
-    out!("  chunks:")?;
-    for (k, c) in chunks.iter().enumerate().take(20) {
-        out!(
-            "    {k:<5} at byte {:<12} {:>12} bytes  {:>8} sequences  {:>9} samples",
-            c["offset"],
-            c["bytes"],
-            c["sequences"],
-            c["samples"]
-        )?;
-    }
-    if chunks.len() > 20 {
-        out!("    … {} more (see --json)", chunks.len() - 20)?;
-    }
-    Ok(())
+    Ok((report, CbfTotals { f, len, samples, nnz, lengths, chunks }))
 }
 
 /// Decodes every chunk on `threads` threads; returns (seconds, decoded bytes, samples).

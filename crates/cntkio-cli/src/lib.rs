@@ -20,6 +20,8 @@ use clap::Parser;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+pub use inspect::inspect_json;
+
 /// Exit code for valid input.
 pub const EXIT_OK: u8 = 0;
 /// Exit code for invalid input.

@@ -1,0 +1,32 @@
+//! `cntkio._native`: the Python extension of cntkio. Thin wrappers over the `cntkio` library and the
+//! command line, and the hand-over of chunk data to NumPy; the Python API lives in `python/cntkio`.
+#![deny(missing_docs)]
+
+mod arrays;
+mod errors;
+mod ops;
+mod reader;
+mod spec;
+
+use pyo3::prelude::*;
+
+/// The extension module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Rust `log` records go to Python's `logging` (logger names follow the Rust module paths, e.g.
+    // `cntkio.cbf`). Loggers are cached, levels are not, so `logging` configuration changes apply.
+    let _ = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::Loggers)?.install();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("CTF_TYPE", spec::CTF_TYPE)?;
+    m.add("CBF_TYPE", spec::CBF_TYPE)?;
+    m.add("DEFAULT_CHUNK_SIZE", cntkio::options::DEFAULT_CHUNK_SIZE)?;
+    m.add_class::<reader::Reader>()?;
+    m.add_function(wrap_pyfunction!(reader::read_all, m)?)?;
+    m.add_function(wrap_pyfunction!(reader::stream_infos, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::detect, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::inspect_json, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::run_cli, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::validate, m)?)?;
+    Ok(())
+}

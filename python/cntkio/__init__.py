@@ -1,0 +1,724 @@
+"""cntkio: CNTK's data formats — CNTK Text Format (CTF) and CNTK Binary Format (CBF) — on NumPy and SciPy.
+
+The data is CNTK 2.7's: the same sequences, keys and values bit for bit, the same errors tolerated by
+``maxErrors``. The API follows ``cntk.io`` so that existing scripts port with small edits::
+
+    import cntkio
+    d = cntkio.CTFDeserializer("train.ctf", cntkio.StreamDefs(
+        features=cntkio.StreamDef(field="x", shape=784),
+        labels=cntkio.StreamDef(field="y", shape=10, is_sparse=True),
+    ))
+    d["chunkSizeInBytes"] = 8 << 20          # CNTK's option names (snake_case works too)
+    data = d.read()                          # every sequence, in file order
+    x = data["features"].asarray()           # float32, shape (samples, 784)
+    y = data["labels"].asarray()             # scipy.sparse.csr_matrix (samples, 10)
+    lengths = data["features"].lengths       # samples per sequence
+
+Errors are raised as :class:`CntkError` subclasses with the position as attributes; the GIL is released
+while files are read; the Rust library's log records go to :mod:`logging`.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import os as _os
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as _np
+
+from cntkio import _native
+from cntkio._errors import (
+    CntkError,
+    FormatError,
+    IoError,
+    LimitError,
+    NotFoundError,
+    PermissionDeniedError,
+    UsageError,
+)
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "CBFDeserializer",
+    "CTFDeserializer",
+    "CntkError",
+    "Data",
+    "FormatError",
+    "IoError",
+    "LimitError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "StreamData",
+    "StreamDef",
+    "StreamDefs",
+    "StreamInformation",
+    "UsageError",
+    "ValidationError",
+    "ValidationReport",
+    "convert",
+    "detect_format",
+    "inspect",
+    "validate",
+]
+
+PathLike = Union[str, "_os.PathLike[str]"]
+
+DEFAULT_CHUNK_SIZE: int = _native.DEFAULT_CHUNK_SIZE
+"""CNTK's default ``chunkSizeInBytes`` (32 MiB)."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Stream definitions
+
+
+class _Record(dict):  # type: ignore[type-arg]
+    """A dict whose keys are also read as attributes (CNTK's ``Record``)."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no attribute {key!r}") from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_record, (type(self), dict(self)))
+
+
+def _rebuild_record(cls: type, items: Dict[str, Any]) -> Any:
+    r = dict.__new__(cls)
+    dict.update(r, items)
+    return r
+
+
+def _dim_of(shape: Any) -> Tuple[int, Tuple[int, ...]]:
+    if isinstance(shape, (bool, _np.bool_)):
+        raise UsageError(f"shape must be an int or a tuple of ints, found {shape!r}")
+    if isinstance(shape, (int, _np.integer)):
+        dims: Tuple[int, ...] = (int(shape),)
+    else:
+        try:
+            if isinstance(shape, (str, bytes)):
+                raise TypeError
+            dims = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise UsageError(f"shape must be an int or a tuple of ints, found {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise UsageError(f"shape must not be negative, found {shape!r}")
+    dim = 1
+    for d in dims:
+        dim *= d
+    return dim, dims
+
+
+class StreamDef(_Record):
+    """A stream of a deserializer, as ``cntk.io.StreamDef``.
+
+    Args:
+        field: the name written after ``|`` in a CTF file (CTF's alias); for CBF, the stream's name in the
+            file when it differs from the key it is given in :class:`StreamDefs` (a rename). Defaults to
+            that key (CNTK required it for CTF).
+        shape: the sample dimension (an int, or a tuple whose product is read flat). Required for CTF;
+            CBF files carry their own.
+        is_sparse: sparse (``index:value`` entries) rather than dense.
+        defines_mb_size: this stream's sample count defines a sequence's length (CNTK's
+            ``definesMBSize``).
+    """
+
+    def __init__(
+        self,
+        field: Optional[str] = None,
+        shape: Union[int, Sequence[int], None] = None,
+        is_sparse: bool = False,
+        defines_mb_size: bool = False,
+    ) -> None:
+        if field is not None and not isinstance(field, str):
+            raise UsageError(f"field must be a string, found {field!r}")
+        items: Dict[str, Any] = {"stream_alias": field, "is_sparse": bool(is_sparse)}
+        if shape is not None:
+            items["dim"], items["shape"] = _dim_of(shape)
+        items["defines_mb_size"] = bool(defines_mb_size)
+        dict.__init__(self, items)
+
+
+class StreamDefs(_Record):
+    """Named streams, as ``cntk.io.StreamDefs``: ``StreamDefs(features=StreamDef(...), ...)``."""
+
+    def __init__(self, **streams: StreamDef) -> None:
+        for k, v in streams.items():
+            if not isinstance(v, Mapping):
+                raise UsageError(f"stream {k!r} must be a StreamDef, found {v!r}")
+        dict.__init__(self, streams)
+
+
+class StreamInformation(NamedTuple):
+    """A stream a deserializer delivers."""
+
+    name: str
+    alias: str
+    dim: int
+    is_sparse: bool
+    dtype: Any
+    defines_mb_size: bool
+
+
+# --------------------------------------------------------------------------------------------------------
+# Data
+
+
+def _csr_matrix(data: Any, indices: Any, indptr: Any, shape: Tuple[int, int]) -> Any:
+    try:
+        import scipy.sparse as sp
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "SciPy is needed for CSR matrices (pip install scipy); use .raw() for (data, indices, indptr)"
+        ) from None
+    return sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
+
+
+def _has_scipy() -> bool:
+    try:
+        import scipy.sparse  # noqa: F401
+    except ImportError:  # pragma: no cover - depends on the environment
+        return False
+    return True
+
+
+class StreamData:
+    """One stream's samples of a run of sequences, sequence after sequence.
+
+    ``offsets`` (int64, one more than the sequences) delimits each sequence's samples:
+    sequence ``s`` has samples ``offsets[s]:offsets[s+1]``. Dense streams hold ``values`` shaped
+    ``(samples, dim)``; sparse streams hold CSR parts with samples as rows: ``values`` (the non-zeros),
+    ``indices`` (int32 column of each, in file order, duplicates kept) and ``indptr``.
+    """
+
+    __slots__ = ("name", "dim", "is_sparse", "values", "offsets", "indices", "indptr")
+
+    def __init__(
+        self, name: str, dim: int, is_sparse: bool, values: Any, offsets: Any, indices: Any, indptr: Any
+    ) -> None:
+        self.name = name
+        self.dim = dim
+        self.is_sparse = is_sparse
+        self.values = values
+        self.offsets = offsets
+        self.indices = indices
+        self.indptr = indptr
+
+    @property
+    def dtype(self) -> Any:
+        """float32 or float64."""
+        return self.values.dtype
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def num_samples(self) -> int:
+        """Samples of this stream (which may differ from the sequences' declared lengths)."""
+        return int(self.offsets[-1])
+
+    @property
+    def lengths(self) -> Any:
+        """Samples of this stream in each sequence (int64)."""
+        return _np.diff(self.offsets)
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        """``(samples, dim)``."""
+        return (self.num_samples, self.dim)
+
+    def raw(self) -> Tuple[Any, Any, Any]:
+        """Sparse streams: ``(data, indices, indptr)`` of the CSR matrix (samples as rows)."""
+        if not self.is_sparse:
+            raise UsageError(f"stream {self.name!r} is dense; use .values or .asarray()")
+        return (self.values, self.indices, self.indptr)
+
+    def csr(self) -> Any:
+        """Sparse streams: a ``scipy.sparse.csr_matrix`` shaped ``(samples, dim)``, sharing the arrays."""
+        data, indices, indptr = self.raw()
+        return _csr_matrix(data, indices, indptr, self.shape)
+
+    def asarray(self) -> Any:
+        """Dense: the ``(samples, dim)`` array. Sparse: a CSR matrix when SciPy is installed, else
+        ``(data, indices, indptr)``."""
+        if not self.is_sparse:
+            return self.values
+        return self.csr() if _has_scipy() else self.raw()
+
+    def todense(self) -> Any:
+        """A dense ``(samples, dim)`` array (sparse entries summed where an index repeats)."""
+        if not self.is_sparse:
+            return self.values
+        out = _np.zeros(self.shape, dtype=self.values.dtype)
+        rows = _np.repeat(_np.arange(self.num_samples), _np.diff(self.indptr))
+        _np.add.at(out, (rows, self.indices), self.values)
+        return out
+
+    def sequence(self, s: int) -> Any:
+        """Sequence ``s``'s samples: a view of the dense array, or a CSR matrix (raw parts without SciPy)."""
+        n = self.num_sequences
+        if s < 0:
+            s += n
+        if not 0 <= s < n:
+            raise IndexError(f"sequence {s} out of range ({n} sequences)")
+        a, b = int(self.offsets[s]), int(self.offsets[s + 1])
+        if not self.is_sparse:
+            return self.values[a:b]
+        lo, hi = int(self.indptr[a]), int(self.indptr[b])
+        parts = (self.values[lo:hi], self.indices[lo:hi], self.indptr[a : b + 1] - self.indptr[a])
+        return _csr_matrix(*parts, (b - a, self.dim)) if _has_scipy() else parts
+
+    def as_sequences(self) -> List[Any]:
+        """Every sequence's samples (see :meth:`sequence`), as ``cntk``'s ``as_sequences()``."""
+        return [self.sequence(s) for s in range(self.num_sequences)]
+
+    def padded(self, max_length: Optional[int] = None) -> Tuple[Any, Any]:
+        """``(array, mask)``: samples shaped ``(sequences, max length, dim)`` with zeros after each
+        sequence's end, and a boolean mask ``(sequences, max length)`` of the real samples. Sparse streams
+        are densified. Sequences longer than ``max_length`` are cut."""
+        lengths = self.lengths
+        longest = int(lengths.max()) if len(lengths) else 0
+        width = longest if max_length is None else int(max_length)
+        mask = _np.arange(max(longest, width)) < lengths[:, None]
+        dense = self.todense()
+        out = _np.zeros((self.num_sequences, mask.shape[1], self.dim), dtype=dense.dtype)
+        out[mask] = dense
+        return out[:, :width], mask[:, :width]
+
+    def __repr__(self) -> str:
+        kind = "sparse" if self.is_sparse else "dense"
+        return (
+            f"<StreamData {self.name!r} {kind} dim={self.dim} {self.dtype} "
+            f"sequences={self.num_sequences} samples={self.num_samples}>"
+        )
+
+
+class Data(Mapping[str, StreamData]):
+    """Sequences read from a deserializer: a mapping from stream name to :class:`StreamData`, with the
+    sequences' keys and declared lengths."""
+
+    def __init__(self, sequence_keys: Any, sequence_lengths: Any, streams: Dict[str, StreamData]) -> None:
+        self.sequence_keys = sequence_keys
+        """Each sequence's key (uint64): its id in a CTF file, its index in a CBF file."""
+        self.sequence_lengths = sequence_lengths
+        """Each sequence's declared length in samples (uint32), what minibatch sizes count."""
+        self.streams = streams
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.sequence_keys)
+
+    @property
+    def num_samples(self) -> int:
+        """The sum of the declared sequence lengths."""
+        return int(self.sequence_lengths.sum(dtype=_np.uint64))
+
+    def __getitem__(self, name: str) -> StreamData:
+        return self.streams[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.streams)
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.streams)
+        return f"<Data sequences={self.num_sequences} samples={self.num_samples} streams=[{names}]>"
+
+
+def _data(infos: List[StreamInformation], raw: Tuple[Any, Any, List[Tuple[Any, Any, Any, Any]]]) -> Data:
+    keys, lengths, streams = raw
+    out = {}
+    for info, (values, offsets, indices, indptr) in zip(infos, streams):
+        out[info.name] = StreamData(info.name, info.dim, info.is_sparse, values, offsets, indices, indptr)
+    return Data(keys, lengths, out)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Deserializers
+
+_OPTION_NAMES = {
+    # CNTK's name: accepted aliases
+    "chunkSizeInBytes": ("chunk_size_in_bytes", "chunk_size", "chunkSize"),
+    "maxErrors": ("max_errors",),
+    "skipSequenceIds": ("skip_sequence_ids",),
+    "cacheIndex": ("cache_index",),
+    "keepDataInMemory": ("keep_data_in_memory",),
+    "precision": ("element_type", "dtype"),
+    "traceLevel": ("trace_level",),
+    "mmap": ("memory_map",),
+}
+_ALIASES = {alias: name for name, aliases in _OPTION_NAMES.items() for alias in aliases + (name,)}
+_CTF_OPTIONS = tuple(_OPTION_NAMES)
+_CBF_OPTIONS = ("precision", "traceLevel", "mmap")
+_STRUCTURE = ("type", "file", "input")
+
+
+def _precision(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        v = value.lower()
+        if v in ("float", "float32", "f32", "single"):
+            return "float"
+        if v in ("double", "float64", "f64"):
+            return "double"
+        raise UsageError(f'precision must be "float" or "double", found {value!r}')
+    try:
+        dt = _np.dtype(value)
+    except TypeError:
+        raise UsageError(f'precision must be "float" or "double", found {value!r}') from None
+    if dt == _np.float32:
+        return "float"
+    if dt == _np.float64:
+        return "double"
+    raise UsageError(f"precision must be float32 or float64, found {dt}")
+
+
+class _Deserializer(dict):  # type: ignore[type-arg]
+    """A deserializer: a dict of CNTK's configuration (``type``, ``file``, ``input`` and the options),
+    which reads its file on request. Pickles as its configuration (path and options), never as an open
+    file."""
+
+    _TYPE = ""
+    _OPTIONS: Tuple[str, ...] = ()
+
+    def __init__(self, config: Dict[str, Any]) -> None:
+        dict.__init__(self)
+        for k, v in config.items():
+            self[k] = v
+        self.__dict__["_reader"] = None
+        self.__dict__["_reader_key"] = None
+
+    # ---- CNTK's dict interface, with option names checked -----------------------------------------
+    def _canonical(self, key: Any) -> str:
+        if not isinstance(key, str):
+            raise UsageError(f"option names are strings, found {key!r}")
+        if key in _STRUCTURE:
+            return key
+        name = _ALIASES.get(key)
+        if name is None or name not in self._OPTIONS:
+            known = ", ".join(self._OPTIONS)
+            raise UsageError(f"unknown {type(self).__name__} option {key!r}; known options: {known}")
+        return name
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        name = self._canonical(key)
+        if name == "precision":
+            value = _precision(value)
+        elif name == "file":
+            value = _os.fspath(value)
+        elif name == "input":
+            value = {str(k): dict(v) for k, v in dict(value).items()}
+        dict.__setitem__(self, name, value)
+
+    def __getitem__(self, key: str) -> Any:
+        return dict.__getitem__(self, self._canonical(key) if key in _ALIASES else key)
+
+    def __delitem__(self, key: str) -> None:
+        dict.__delitem__(self, self._canonical(key))
+
+    def update(self, *args: Any, **kw: Any) -> None:  # type: ignore[override]
+        for k, v in dict(*args, **kw).items():
+            self[k] = v
+
+    def setdefault(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_deserializer, (type(self), dict(self)))
+
+    def copy(self) -> "_Deserializer":  # type: ignore[override]
+        return _rebuild_deserializer(type(self), dict(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict.__repr__(self)})"
+
+    # ---- reading --------------------------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """The data file."""
+        return str(dict.__getitem__(self, "file"))
+
+    def _config(self) -> Dict[str, Any]:
+        return {k: (dict(v) if k == "input" else v) for k, v in self.items()}
+
+    def open(self) -> Any:
+        """The opened file (a CTF file is indexed, or its index cache loaded; a CBF header is read). Kept
+        until the configuration changes."""
+        key = repr(sorted(self._config().items(), key=lambda kv: kv[0]))
+        if self.__dict__.get("_reader") is None or self.__dict__.get("_reader_key") != key:
+            self.__dict__["_reader"] = _native.Reader(self._config())
+            self.__dict__["_reader_key"] = key
+        return self.__dict__["_reader"]
+
+    def stream_infos(self) -> List[StreamInformation]:
+        """The streams delivered, in order (a CBF file's header is read for them)."""
+        return [
+            StreamInformation(n, a, d, sp, _np.dtype(t), m) for n, a, d, sp, t, m in _native.stream_infos(self._config())
+        ]
+
+    @property
+    def num_chunks(self) -> int:
+        """Number of chunks (CTF: by ``chunkSizeInBytes``; CBF: the file's)."""
+        return int(self.open().num_chunks())
+
+    def chunk_sizes(self) -> List[Tuple[int, int]]:
+        """``(sequences, samples)`` of each chunk."""
+        return list(self.open().chunk_sizes())
+
+    def read_chunk(self, i: int) -> Data:
+        """Chunk ``i``'s sequences (errors count against ``maxErrors`` once per chunk)."""
+        r = self.open()
+        infos = [StreamInformation(n, a, d, sp, _np.dtype(t), m) for n, a, d, sp, t, m in r.stream_infos()]
+        return _data(infos, r.read_chunk(int(i)))
+
+    def chunks(self) -> Iterator[Data]:
+        """Every chunk in file order."""
+        for i in range(self.num_chunks):
+            yield self.read_chunk(i)
+
+    def read(self, threads: Optional[int] = None) -> Data:
+        """Every sequence in file order, read on ``threads`` threads (default: all cores), with CNTK's
+        ``maxErrors`` budget over the whole file."""
+        infos = self.stream_infos()
+        return _data(infos, _native.read_all(self._config(), threads))
+
+
+def _rebuild_deserializer(cls: type, config: Dict[str, Any]) -> Any:
+    d = dict.__new__(cls)
+    _Deserializer.__init__(d, config)
+    return d
+
+
+def _stream_config(key: str, s: Mapping[str, Any], ctf: bool) -> Dict[str, Any]:
+    if not isinstance(s, Mapping):
+        raise UsageError(f"stream {key!r} must be a StreamDef, found {s!r}")
+    alias = s.get("stream_alias") or key
+    if not ctf:
+        return {"alias": alias}
+    if s.get("dim") is None:
+        raise UsageError(f"stream {key!r} needs a shape: StreamDef(field=..., shape=DIM)")
+    return {
+        "alias": alias,
+        "dim": int(s["dim"]),
+        "format": "sparse" if s.get("is_sparse") else "dense",
+        "definesMBSize": bool(s.get("defines_mb_size", False)),
+    }
+
+
+class CTFDeserializer(_Deserializer):
+    """A CNTK Text Format file, as ``cntk.io.CTFDeserializer(filename, streams)``.
+
+    Options as in CNTK, set as items (``d['maxErrors'] = 10``) or keywords (``max_errors=10``):
+    ``chunkSizeInBytes`` (32 MiB), ``maxErrors`` (0), ``skipSequenceIds`` (False), ``cacheIndex`` (False),
+    ``keepDataInMemory`` (False), ``precision`` (``"float"`` or ``"double"``, honoured — CNTK's Python API
+    ignored it), ``traceLevel``, and cntkio's ``mmap`` (read through a memory map; the file must not change
+    while it is open).
+    """
+
+    _TYPE = _native.CTF_TYPE
+    _OPTIONS = _CTF_OPTIONS
+
+    def __init__(self, filename: PathLike, streams: Mapping[str, Mapping[str, Any]], **options: Any) -> None:
+        if not isinstance(streams, Mapping) or not streams:
+            raise UsageError("CTFDeserializer needs streams: StreamDefs(name=StreamDef(field=..., shape=...), ...)")
+        config: Dict[str, Any] = {
+            "type": self._TYPE,
+            "file": _os.fspath(filename),
+            "input": {str(k): _stream_config(str(k), s, True) for k, s in streams.items()},
+        }
+        config.update(options)
+        super().__init__(config)
+
+
+class CBFDeserializer(_Deserializer):
+    """A CNTK Binary Format file, as ``cntk.io.CBFDeserializer(filename, streams)``. The file carries its
+    streams; ``streams`` only renames them (``StreamDefs(new=StreamDef(field='name_in_file'))``). Values
+    come in the file's element type unless ``precision`` is set (then converted)."""
+
+    _TYPE = _native.CBF_TYPE
+    _OPTIONS = _CBF_OPTIONS
+
+    def __init__(
+        self, filename: PathLike, streams: Optional[Mapping[str, Mapping[str, Any]]] = None, **options: Any
+    ) -> None:
+        config: Dict[str, Any] = {
+            "type": self._TYPE,
+            "file": _os.fspath(filename),
+            "input": {str(k): _stream_config(str(k), s, False) for k, s in (streams or {}).items()},
+        }
+        config.update(options)
+        super().__init__(config)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Conversion, inspection, validation
+
+
+def detect_format(path: PathLike) -> str:
+    """``"ctf"`` or ``"cbf"``, by the file's magic number (not its name)."""
+    return str(_native.detect(_os.fspath(path)))
+
+
+def inspect(path: PathLike, *, skip_sequence_ids: bool = False) -> Dict[str, Any]:
+    """What a file holds, without a schema: the report of ``cntkio inspect --json`` as a dict (CTF:
+    inferred streams, dims, sequence lengths; CBF: header, streams, chunks)."""
+    return dict(_json.loads(_native.inspect_json(_os.fspath(path), skip_sequence_ids)))
+
+
+def _ctf_config(path: PathLike, streams: Any, options: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    if isinstance(streams, _Deserializer):
+        cfg = streams._config()
+        for k, v in options.items():
+            if v is not None:
+                cfg[_ALIASES.get(k, k)] = _precision(v) if _ALIASES.get(k) == "precision" else v
+        return cfg
+    opts = {k: v for k, v in options.items() if v is not None}
+    if streams is None:
+        return None
+    return CTFDeserializer(path, streams, **opts)._config()
+
+
+def convert(
+    input: Union[PathLike, _Deserializer],
+    output: PathLike,
+    streams: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    *,
+    chunk_size: Optional[int] = None,
+    max_errors: Optional[int] = None,
+    skip_sequence_ids: Optional[bool] = None,
+    precision: Any = None,
+    ctf2bin_compatible: bool = False,
+    skip_bad_sequences: bool = False,
+    threads: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Converts CTF → CBF or CBF → CTF (the input's format is detected by its magic number).
+
+    CTF input needs its streams: ``streams`` (a :class:`StreamDefs`) or a :class:`CTFDeserializer` as
+    ``input`` (its options apply). CBF input: ``streams`` optionally gives the alias written after ``|``
+    for each stream name (``StreamDef(field=...)``). ``chunk_size`` is the CBF chunk size in bytes (default
+    32 MiB). The output is written to a temporary file and renamed when complete. Returns totals:
+    ``sequences``, ``samples``, ``chunks``, ``dropped_sequences``, ``tolerated_errors``, ``bytes_written``.
+    """
+    if isinstance(input, _Deserializer):
+        src, config_from = input.path, input
+    else:
+        src, config_from = _os.fspath(input), streams
+    fmt = detect_format(src)
+    options = {"maxErrors": max_errors, "skipSequenceIds": skip_sequence_ids, "precision": precision}
+    config: Optional[Dict[str, Any]] = None
+    aliases: Optional[List[Tuple[str, str]]] = None
+    if fmt == "ctf":
+        config = _ctf_config(src, config_from, options)
+    elif isinstance(config_from, CBFDeserializer):
+        config = config_from._config()
+    elif isinstance(config_from, _Deserializer):
+        aliases = [(k, v["alias"]) for k, v in config_from["input"].items()]
+    elif config_from is not None:
+        aliases = [(str(k), (s.get("stream_alias") or str(k))) for k, s in config_from.items()]
+    return dict(
+        _native.convert(
+            src,
+            _os.fspath(output),
+            config,
+            aliases,
+            chunk_size,
+            ctf2bin_compatible,
+            skip_bad_sequences,
+            threads,
+        )
+    )
+
+
+class ValidationError(NamedTuple):
+    """One problem found by :func:`validate` (``line``/``column`` are 1-based, ``byte`` 0-based)."""
+
+    path: Optional[str]
+    line: Optional[int]
+    column: Optional[int]
+    byte: Optional[int]
+    sequence_id: Optional[int]
+    code: str
+    kind: str
+    category: str
+    severity: str
+    message: str
+    help: Optional[str]
+    display: str
+
+    def __str__(self) -> str:
+        return self.display
+
+
+def _validation_error(d: Dict[str, Any]) -> ValidationError:
+    return ValidationError(*(d.get(f) for f in ValidationError._fields))
+
+
+class ValidationReport(NamedTuple):
+    """What :func:`validate` found: a verdict, totals, and the problems (up to ``limit`` of each)."""
+
+    path: str
+    format: str
+    valid: bool
+    verdict: str
+    sequences: int
+    samples: int
+    num_errors: int
+    dropped_sequences: int
+    num_warnings: int
+    max_errors: int
+    errors: List[ValidationError]
+    warnings: List[ValidationError]
+
+
+def validate(
+    path: Union[PathLike, _Deserializer],
+    streams: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    *,
+    max_errors: Optional[int] = None,
+    skip_sequence_ids: Optional[bool] = None,
+    precision: Any = None,
+    chunk_size: Optional[int] = None,
+    warnings: bool = False,
+    limit: int = 1000,
+    threads: Optional[int] = None,
+) -> ValidationReport:
+    """Reads a whole file and reports every problem (not only the first) as :class:`ValidationError`
+    objects, like ``cntkio validate``; raises only for I/O errors and wrong arguments.
+
+    CTF files need their streams: ``streams`` (a :class:`StreamDefs`) or a :class:`CTFDeserializer` as
+    ``path`` (its options apply). ``valid`` is False when CNTK could not read the file (more errors than
+    ``max_errors``, a sequence lacking a stream, a fatal error).
+    """
+    if isinstance(path, _Deserializer):
+        src, config_from = path.path, path
+    else:
+        src, config_from = _os.fspath(path), streams
+    options = {
+        "maxErrors": max_errors,
+        "skipSequenceIds": skip_sequence_ids,
+        "precision": precision,
+        "chunkSizeInBytes": chunk_size,
+    }
+    config: Optional[Dict[str, Any]] = None
+    if detect_format(src) == "ctf":
+        config = _ctf_config(src, config_from, options)
+    elif isinstance(config_from, CBFDeserializer):
+        config = config_from._config()
+    r = _native.validate(src, config, warnings, int(limit), threads)
+    fields = {k: r[k] for k in ValidationReport._fields if k not in ("errors", "warnings")}
+    return ValidationReport(
+        errors=[_validation_error(e) for e in r["errors"]],
+        warnings=[_validation_error(w) for w in r["warnings"]],
+        **fields,
+    )

@@ -1,0 +1,168 @@
+"""Typing stubs of the cntkio package."""
+
+import os
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from cntkio._errors import (
+    CntkError as CntkError,
+    FormatError as FormatError,
+    IoError as IoError,
+    LimitError as LimitError,
+    NotFoundError as NotFoundError,
+    PermissionDeniedError as PermissionDeniedError,
+    UsageError as UsageError,
+)
+
+PathLike = Union[str, os.PathLike[str]]
+Precision = Union[str, type, np.dtype[Any], None]
+
+__version__: str
+DEFAULT_CHUNK_SIZE: int
+
+class StreamDef(Dict[str, Any]):
+    stream_alias: Optional[str]
+    is_sparse: bool
+    dim: int
+    shape: Tuple[int, ...]
+    defines_mb_size: bool
+    def __init__(
+        self,
+        field: Optional[str] = ...,
+        shape: Union[int, Sequence[int], None] = ...,
+        is_sparse: bool = ...,
+        defines_mb_size: bool = ...,
+    ) -> None: ...
+    def __getattr__(self, key: str) -> Any: ...
+
+class StreamDefs(Dict[str, StreamDef]):
+    def __init__(self, **streams: StreamDef) -> None: ...
+    def __getattr__(self, key: str) -> StreamDef: ...
+
+class StreamInformation(NamedTuple):
+    name: str
+    alias: str
+    dim: int
+    is_sparse: bool
+    dtype: np.dtype[Any]
+    defines_mb_size: bool
+
+class StreamData:
+    name: str
+    dim: int
+    is_sparse: bool
+    values: npt.NDArray[np.floating[Any]]
+    offsets: npt.NDArray[np.int64]
+    indices: Optional[npt.NDArray[np.int32]]
+    indptr: Optional[npt.NDArray[np.signedinteger[Any]]]
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+    @property
+    def num_sequences(self) -> int: ...
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def lengths(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def shape(self) -> Tuple[int, int]: ...
+    def raw(self) -> Tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.int32], npt.NDArray[np.signedinteger[Any]]]: ...
+    def csr(self) -> Any: ...
+    def asarray(self) -> Any: ...
+    def todense(self) -> npt.NDArray[np.floating[Any]]: ...
+    def sequence(self, s: int) -> Any: ...
+    def as_sequences(self) -> List[Any]: ...
+    def padded(self, max_length: Optional[int] = ...) -> Tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.bool_]]: ...
+
+class Data(Mapping[str, StreamData]):
+    sequence_keys: npt.NDArray[np.uint64]
+    sequence_lengths: npt.NDArray[np.uint32]
+    streams: Dict[str, StreamData]
+    def __init__(self, sequence_keys: Any, sequence_lengths: Any, streams: Dict[str, StreamData]) -> None: ...
+    @property
+    def num_sequences(self) -> int: ...
+    @property
+    def num_samples(self) -> int: ...
+    def __getitem__(self, name: str) -> StreamData: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def __len__(self) -> int: ...
+
+class _Deserializer(Dict[str, Any]):
+    @property
+    def path(self) -> str: ...
+    def open(self) -> Any: ...
+    def stream_infos(self) -> List[StreamInformation]: ...
+    @property
+    def num_chunks(self) -> int: ...
+    def chunk_sizes(self) -> List[Tuple[int, int]]: ...
+    def read_chunk(self, i: int) -> Data: ...
+    def chunks(self) -> Iterator[Data]: ...
+    def read(self, threads: Optional[int] = ...) -> Data: ...
+    def copy(self) -> _Deserializer: ...
+
+class CTFDeserializer(_Deserializer):
+    def __init__(self, filename: PathLike, streams: Mapping[str, Mapping[str, Any]], **options: Any) -> None: ...
+    def copy(self) -> CTFDeserializer: ...
+
+class CBFDeserializer(_Deserializer):
+    def __init__(
+        self, filename: PathLike, streams: Optional[Mapping[str, Mapping[str, Any]]] = ..., **options: Any
+    ) -> None: ...
+    def copy(self) -> CBFDeserializer: ...
+
+class ValidationError(NamedTuple):
+    path: Optional[str]
+    line: Optional[int]
+    column: Optional[int]
+    byte: Optional[int]
+    sequence_id: Optional[int]
+    code: str
+    kind: str
+    category: str
+    severity: str
+    message: str
+    help: Optional[str]
+    display: str
+
+class ValidationReport(NamedTuple):
+    path: str
+    format: str
+    valid: bool
+    verdict: str
+    sequences: int
+    samples: int
+    num_errors: int
+    dropped_sequences: int
+    num_warnings: int
+    max_errors: int
+    errors: List[ValidationError]
+    warnings: List[ValidationError]
+
+def detect_format(path: PathLike) -> str: ...
+def inspect(path: PathLike, *, skip_sequence_ids: bool = ...) -> Dict[str, Any]: ...
+def convert(
+    input: Union[PathLike, _Deserializer],
+    output: PathLike,
+    streams: Optional[Mapping[str, Mapping[str, Any]]] = ...,
+    *,
+    chunk_size: Optional[int] = ...,
+    max_errors: Optional[int] = ...,
+    skip_sequence_ids: Optional[bool] = ...,
+    precision: Precision = ...,
+    ctf2bin_compatible: bool = ...,
+    skip_bad_sequences: bool = ...,
+    threads: Optional[int] = ...,
+) -> Dict[str, Any]: ...
+def validate(
+    path: Union[PathLike, _Deserializer],
+    streams: Optional[Mapping[str, Mapping[str, Any]]] = ...,
+    *,
+    max_errors: Optional[int] = ...,
+    skip_sequence_ids: Optional[bool] = ...,
+    precision: Precision = ...,
+    chunk_size: Optional[int] = ...,
+    warnings: bool = ...,
+    limit: int = ...,
+    threads: Optional[int] = ...,
+) -> ValidationReport: ...

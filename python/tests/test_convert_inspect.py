@@ -1,0 +1,112 @@
+"""cntkio.convert round trips, cntkio.inspect against the CLI's `inspect --json`, cntkio.detect_format."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cntkio
+from cntkio import CBFDeserializer, CTFDeserializer, StreamDef, StreamDefs
+
+SLOTS = StreamDefs(
+    query=StreamDef(field="word", shape=13, is_sparse=True, defines_mb_size=True),
+    intent=StreamDef(field="intent", shape=5, is_sparse=True),
+    slots=StreamDef(field="slot", shape=12, is_sparse=True),
+)
+
+
+def same(a, b):
+    assert list(a) == list(b)
+    np.testing.assert_array_equal(a.sequence_keys, b.sequence_keys)
+    np.testing.assert_array_equal(a.sequence_lengths, b.sequence_lengths)
+    for name in a:
+        x, y = a[name], b[name]
+        assert x.dtype == y.dtype and x.is_sparse == y.is_sparse
+        np.testing.assert_array_equal(x.offsets, y.offsets)
+        np.testing.assert_array_equal(x.values, y.values)
+        if x.is_sparse:
+            np.testing.assert_array_equal(x.indices, y.indices)
+            np.testing.assert_array_equal(x.indptr, y.indptr)
+
+
+def test_ctf_cbf_ctf_round_trip(tmp_path, examples):
+    src = CTFDeserializer(examples / "slots.ctf", SLOTS)
+    summary = cntkio.convert(src, tmp_path / "slots.cbf", chunk_size=2000)
+    assert summary["input_format"] == "ctf"
+    assert summary["sequences"] == 60 and summary["samples"] == 354 and summary["chunks"] > 1
+    assert cntkio.detect_format(tmp_path / "slots.cbf") == "cbf"
+    cbf = CBFDeserializer(tmp_path / "slots.cbf")
+    assert cbf.num_chunks == summary["chunks"]
+    same(cbf.read(), src.read())
+
+    back = cntkio.convert(tmp_path / "slots.cbf", tmp_path / "back.ctf", SLOTS)
+    assert back["input_format"] == "cbf" and back["sequences"] == 60
+    assert cntkio.detect_format(tmp_path / "back.ctf") == "ctf"
+    same(CTFDeserializer(tmp_path / "back.ctf", SLOTS).read(), src.read())
+
+
+def test_convert_with_streams_and_options(tmp_path, examples):
+    streams = StreamDefs(features=StreamDef(shape=2), labels=StreamDef(shape=1))
+    s = cntkio.convert(examples / "logreg.ctf", tmp_path / "lr.cbf", streams, precision="double")
+    assert s["sequences"] == 300
+    data = CBFDeserializer(tmp_path / "lr.cbf").read()
+    assert data["features"].dtype == np.float64
+    np.testing.assert_array_equal(
+        data["features"].values, CTFDeserializer(examples / "logreg.ctf", streams, precision="double").read()["features"].values
+    )
+    # without the CNTK names, CBF → CTF writes the stream names after '|'
+    cntkio.convert(tmp_path / "lr.cbf", tmp_path / "lr.ctf")
+    assert (tmp_path / "lr.ctf").read_text().startswith("0 |features ")
+
+
+def test_convert_ctf_needs_streams(tmp_path, examples):
+    with pytest.raises(cntkio.UsageError, match="needs its streams"):
+        cntkio.convert(examples / "logreg.ctf", tmp_path / "x.cbf")
+    assert not (tmp_path / "x.cbf").exists()
+
+
+def test_convert_real_cbf_ctf2bin_compatible(tmp_path, real):
+    streams = StreamDefs(features=StreamDef(field="F0", shape=100, is_sparse=True))
+    cntkio.convert(real / "cbf" / "10x10_sparse.ctf", tmp_path / "a.bin", streams, precision="double", ctf2bin_compatible=True)
+    mine = CBFDeserializer(tmp_path / "a.bin").read()["features"]
+    theirs = CBFDeserializer(real / "cbf" / "10x10_sparse.bin").read()["features"]
+    np.testing.assert_array_equal(mine.indices, theirs.indices)
+    np.testing.assert_array_max_ulp(mine.values, theirs.values, maxulp=1)
+
+
+def cli_json(*args):
+    out = subprocess.run([sys.executable, "-m", "cntkio", "inspect", "--json", *map(str, args)], capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_inspect_ctf_same_as_cli(examples):
+    r = cntkio.inspect(examples / "slots.ctf")
+    assert r == cli_json(examples / "slots.ctf")
+    assert r["format"] == "ctf" and r["sequences"] == 60
+    assert [(s["alias"], s["storage"], s["min_dim"]) for s in r["streams"]] == [
+        ("word", "sparse", 13),
+        ("intent", "sparse", 5),
+        ("slot", "sparse", 12),
+    ]
+
+
+def test_inspect_cbf_same_as_cli(real):
+    path = real / "cbf" / "Simple_dense.bin"
+    r = cntkio.inspect(path)
+    assert r == cli_json(path)
+    assert r["format"] == "cbf" and r["sequences"] == 10000
+    assert [s["name"] for s in r["streams"]] == ["features", "labels"]
+
+
+def test_inspect_skip_sequence_ids(examples):
+    assert cntkio.inspect(examples / "slots.ctf", skip_sequence_ids=True)["sequences"] == 354
+
+
+def test_inspect_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        cntkio.inspect(tmp_path / "missing.ctf")
+    assert isinstance(e.value, cntkio.NotFoundError) and e.value.path == str(tmp_path / "missing.ctf")
