@@ -75,8 +75,8 @@ impl InputFile {
 
     /// Reads exactly `len` bytes at `offset` into `buf` (replacing its content).
     pub fn read_into(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> Result<(), Error> {
-        buf.clear();
         if let Some(m) = &self.map {
+            buf.clear();
             let r = usize::try_from(offset).ok().and_then(|a| m.get(a..a.checked_add(len)?));
             match r {
                 Some(s) => {
@@ -86,7 +86,12 @@ impl InputFile {
                 None => return Err(self.short_read(offset, len)),
             }
         }
-        buf.resize(len, 0);
+        // Only the growth is zero-filled: the bytes are overwritten by the read anyway.
+        if buf.len() > len {
+            buf.truncate(len);
+        } else {
+            buf.resize(len, 0);
+        }
         read_exact_at(&self.file, buf, offset).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 self.short_read(offset, len)

@@ -225,8 +225,13 @@ impl CbfFile {
                 dec.decode_into(bytes, out)
             }
             None => {
-                buf.clear();
-                buf.resize((r.end - r.start) as usize, 0);
+                // Only the growth is zero-filled: the bytes are overwritten by the read anyway.
+                let len = (r.end - r.start) as usize;
+                if buf.len() > len {
+                    buf.truncate(len);
+                } else {
+                    buf.resize(len, 0);
+                }
                 read_at(&self.file, buf, r.start).map_err(|e| io_err("read", &self.path, e))?;
                 dec.decode_into(buf, out)
             }
