@@ -48,6 +48,8 @@ pub fn config(a: &BatchesArgs) -> MinibatchConfig {
         workers: a.workers,
         rank: a.rank,
         cntk_restore_quirk: a.cntk_restore,
+        threads: a.read.threads,
+        prefetch: None,
     }
 }
 

@@ -368,6 +368,8 @@ fn run_cntkio(job: &Value) -> Value {
         workers: job["workers"].as_u64().unwrap() as u32,
         rank: job["rank"].as_u64().unwrap() as u32,
         cntk_restore_quirk: job["quirk"].as_bool().unwrap(),
+        threads: job["threads"].as_u64().map(|t| t as usize),
+        prefetch: job["prefetch"].as_u64().map(|t| t as usize),
     };
     let mb = job["mb"].as_u64().unwrap();
     let limit = job["max_mbs"].as_u64().unwrap();
@@ -486,7 +488,12 @@ fn random_runs_match_python_model() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng(0x5eed);
-    let jobs: Vec<Value> = (0..160).map(|i| random_job(&mut rng, dir.path(), i)).collect();
+    let mut jobs: Vec<Value> = (0..160).map(|i| random_job(&mut rng, dir.path(), i)).collect();
+    // Loading threads and prefetch depth never change a minibatch (the model has neither).
+    for (i, job) in jobs.iter_mut().enumerate() {
+        job["threads"] = json!([0, 1, 2, 4][i % 4]);
+        job["prefetch"] = json!([0, 1, 4][(i / 4) % 3]);
+    }
     let model = run_oracle(&jobs);
     let (mut batches, mut errors, mut restored) = (0, 0, 0);
     for (job, want) in jobs.iter().zip(&model) {
@@ -713,4 +720,199 @@ fn composite_joins_by_key() {
     let other = ctf(&write(dir.path(), "o.ctf", "77 |y 0:1\n"), &[("y", false, 3, false)], 30);
     let e = cntkio::source::Composite::new(vec![f, other]).unwrap_err();
     assert!(e.to_string().contains("Could not reconcile"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Loading: threads, prefetch, memory bound, and the undecoded CBF path.
+
+/// A CTF file of `n` sequences of 1–3 rows (dense `a` dim 3, sparse `b` dim 7) and its CBF twins (read and
+/// mapped), with small chunks.
+fn shards(dir: &Path, n: u64) -> (Arc<dyn Deserializer>, Arc<dyn Deserializer>, Arc<dyn Deserializer>) {
+    let mut rng = Rng(n);
+    let mut text = String::new();
+    for id in 0..n {
+        for _ in 0..1 + rng.below(3) {
+            text += &format!(
+                "{id} |a {} {} {} |b {}:{} {}:1\n",
+                rng.below(100),
+                id,
+                rng.below(9),
+                rng.below(7),
+                rng.below(50),
+                rng.below(7)
+            );
+        }
+    }
+    let streams = [("a", true, 3, false), ("b", false, 7, false)];
+    let p = write(dir, "shards.ctf", &text);
+    let c = ctf(&p, &streams, 300);
+    let data = cntkio_core::ctf::parse::parse_bytes(
+        text.as_bytes(),
+        &schema(&streams),
+        false,
+        &mut cntkio_core::ctf::parse::FailFast,
+    )
+    .unwrap();
+    let bin = dir.join("shards.bin");
+    let mut w = CbfWriter::create(&bin, &schema(&streams), 300).unwrap();
+    w.write(&data).unwrap();
+    w.finish().unwrap();
+    let read: Arc<dyn Deserializer> = Arc::new(CbfSource::open(&bin).unwrap());
+    let mapped: Arc<dyn Deserializer> =
+        Arc::new(CbfSource::open_with(&bin, &cntkio::cbf::CbfOptions::default().mmap(true)).unwrap());
+    (c, read, mapped)
+}
+
+/// The same minibatches with 0, 1, 2 and 4 loading threads and prefetch depths 0, 1 and 4, from CTF, CBF
+/// and mapped CBF, randomized (windows in chunks and samples) or not, for several workers, across sweeps
+/// and through a restore.
+#[test]
+fn loading_threads_and_prefetch_never_change_a_minibatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, read, mapped) = shards(dir.path(), 120);
+    assert!(c.chunks().len() > 10 && read.chunks().len() > 10, "{} {}", c.chunks().len(), read.chunks().len());
+    for (window, randomize) in [
+        (Window::Chunks(1), true),
+        (Window::Chunks(3), true),
+        (Window::Chunks(128), true),
+        (Window::Samples(40), true),
+        (Window::Chunks(128), false),
+    ] {
+        for (workers, rank) in [(1, 0), (3, 2)] {
+            let base = MinibatchConfig {
+                workers,
+                rank,
+                threads: Some(0),
+                prefetch: Some(0),
+                ..cfg(randomize, window, 5, RunLength::Sweeps(3))
+            };
+            if !randomize {
+                // In file order the chunking does not matter: all three deliver the same minibatches.
+                let all: Vec<Vec<Batch>> = [&c, &read, &mapped]
+                    .iter()
+                    .map(|d| drain(&mut MinibatchSource::new((*d).clone(), base.clone()).unwrap(), 17, 10_000))
+                    .collect();
+                assert!(all[0] == all[1] && all[1] == all[2]);
+            }
+            for d in [&c, &read, &mapped] {
+                // Each deserializer against itself (CTF and CBF chunks differ, and so does the order).
+                let want = drain(&mut MinibatchSource::new(d.clone(), base.clone()).unwrap(), 17, 10_000);
+                assert!(want.len() > 10);
+                for threads in [0, 1, 2, 4] {
+                    for prefetch in [0, 1, 4] {
+                        let conf = MinibatchConfig { threads: Some(threads), prefetch: Some(prefetch), ..base.clone() };
+                        let mut s = MinibatchSource::new(d.clone(), conf.clone()).unwrap();
+                        let got = drain(&mut s, 17, 10_000);
+                        let what =
+                            format!("{window:?} {randomize} {workers}/{rank} threads {threads} prefetch {prefetch}");
+                        assert_eq!(keys(&got), keys(&want), "{what}");
+                        assert!(got == want, "{what}");
+                        // Restore half way into a source that has already read ahead.
+                        let mut first = MinibatchSource::new(d.clone(), conf.clone()).unwrap();
+                        drain(&mut first, 17, want.len() / 2);
+                        let state = first.state();
+                        drain(&mut first, 17, 3);
+                        first.restore(&state).unwrap();
+                        assert!(drain(&mut first, 17, 10_000) == want[want.len() / 2..], "{what}: restored");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The chunks held stay within the window's chunks plus the prefetch depth (plus the chunks of the
+/// minibatch being assembled), and no thread starts before the first minibatch.
+#[test]
+fn chunks_held_are_bounded_by_window_and_prefetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, read, _) = shards(dir.path(), 400);
+    let n = read.chunks().len();
+    assert!(n > 30, "{n}");
+    for (window, prefetch) in [(1u64, 0usize), (2, 1), (4, 2), (3, 4)] {
+        let conf = MinibatchConfig {
+            threads: Some(2),
+            prefetch: Some(prefetch),
+            ..cfg(true, Window::Chunks(window), 1, RunLength::Sweeps(2))
+        };
+        let mut s = MinibatchSource::new(read.clone(), conf).unwrap();
+        assert_eq!(s.chunks_held(), 0);
+        let mut max = 0;
+        while let Some(b) = s.next_minibatch(5).unwrap() {
+            max = max.max(s.chunks_held());
+            assert!(
+                s.chunks_held() <= window as usize + prefetch + 2,
+                "window {window} prefetch {prefetch}: {} chunks held",
+                s.chunks_held()
+            );
+            if b.end_of_run {
+                break;
+            }
+        }
+        assert!(max >= window as usize, "{max}");
+    }
+}
+
+/// Corrupt records make the undecoded CBF path fail exactly as the decoder does; intact chunks before them
+/// are delivered as before.
+#[test]
+fn cbf_records_are_checked_as_the_decoder_checks_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = [("a", true, 2, false), ("b", false, 4, false)];
+    let text: String = (0..40).map(|i| format!("{i} |a {i} 1 |b {}:2\n", i % 4)).collect();
+    let data = cntkio_core::ctf::parse::parse_bytes(
+        text.as_bytes(),
+        &schema(&streams),
+        false,
+        &mut cntkio_core::ctf::parse::FailFast,
+    )
+    .unwrap();
+    let bin = dir.path().join("x.bin");
+    let mut w = CbfWriter::create(&bin, &schema(&streams), 200).unwrap();
+    w.write(&data).unwrap();
+    w.finish().unwrap();
+    let f = cntkio::cbf::CbfFile::open(&bin).unwrap();
+    assert!(f.chunk_count() > 3);
+    let k = 2;
+    let range = f.header().chunk_range(k).unwrap();
+    let sequences = f.chunks()[k].num_sequences as u64;
+    let bytes = std::fs::read(&bin).unwrap();
+    // Records of chunk 2: meta counts, then stream a (4 + 2·4 bytes per sequence), then stream b's first
+    // record: N, NNZ, value, index. Corrupt that index, then (separately) the first dense N.
+    let b_first = range.start + 4 * sequences + 12 * sequences;
+    for (at, value) in [(b_first + 12, 9u32), (range.start + 4 * sequences, 1000)] {
+        let mut bad = bytes.clone();
+        bad[at as usize..at as usize + 4].copy_from_slice(&value.to_le_bytes());
+        let p = dir.path().join("bad.bin");
+        std::fs::write(&p, &bad).unwrap();
+        let want = cntkio::cbf::CbfFile::open(&p).unwrap().read_chunk(k).unwrap_err().to_string();
+        for mmap in [false, true] {
+            let d: Arc<dyn Deserializer> =
+                Arc::new(CbfSource::open_with(&p, &cntkio::cbf::CbfOptions::default().mmap(mmap)).unwrap());
+            let conf = MinibatchConfig { threads: Some(2), ..cfg(false, Window::Chunks(1), 0, RunLength::Sweeps(1)) };
+            let mut s = MinibatchSource::new(d, conf).unwrap();
+            let mut got = Vec::new();
+            let err = loop {
+                match s.next_minibatch(3) {
+                    Ok(Some(b)) => got.extend(b.data.keys),
+                    Ok(None) => panic!("no error"),
+                    Err(e) => break e.to_string(),
+                }
+            };
+            assert_eq!(err, want, "mmap {mmap}");
+            assert!(got.len() >= 6, "{got:?}");
+        }
+    }
+}
+
+/// A CTF reader with a `maxErrors` budget is loaded on demand only (the budget depends on the order).
+#[test]
+fn order_dependent_sources_load_on_demand() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "m.ctf", &(0..50).map(|i| format!("{i} |a {i}\n")).collect::<String>());
+    let opts = CtfOptions { chunk_size: 40, max_errors: 3, ..CtfOptions::default() };
+    let r: Arc<dyn Deserializer> = Arc::new(CtfReader::open(&p, &schema(&[("a", true, 1, false)]), &opts).unwrap());
+    assert!(r.load_order_matters());
+    let s = MinibatchSource::new(r, MinibatchConfig { threads: Some(4), ..MinibatchConfig::default() }).unwrap();
+    assert_eq!(s.loader_threads(), 0);
 }

@@ -210,6 +210,36 @@ impl CbfFile {
         Ok(d)
     }
 
+    /// The undecoded bytes of chunk `k` (its meta counts and records, exactly its byte range): borrowed
+    /// from the map when the file is mapped (its pages prefaulted), else read into `buf`, which keeps its
+    /// allocation across calls. Errors: no such chunk, a chunk over the size limit, I/O.
+    pub fn chunk_bytes<'a>(&'a self, k: usize, buf: &'a mut Vec<u8>) -> Result<&'a [u8], Error> {
+        let p = || self.path.display().to_string();
+        let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(p()))?;
+        let r = dec.byte_range();
+        match &self.map {
+            Some(m) => {
+                crate::mmap::prefault(m, r.start as usize, (r.end - r.start) as usize);
+                m.get(r.start as usize..r.end as usize).ok_or_else(|| {
+                    Error::config(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
+                        .with_path(p())
+                })
+            }
+            None => {
+                buf.clear();
+                buf.resize((r.end - r.start) as usize, 0);
+                read_at(&self.file, buf, r.start).map_err(|e| io_err("read", &self.path, e))?;
+                Ok(&buf[..])
+            }
+        }
+    }
+
+    /// The whole file as mapped bytes, when it is mapped (for readers that locate records themselves,
+    /// e.g. in the ranges [`CbfFile::chunk_bytes`] validated).
+    pub fn mapped_bytes(&self) -> Option<&[u8]> {
+        self.map.as_deref()
+    }
+
     /// Reads chunk `k` into `out`, using `buf` for the raw bytes when the file is not mapped (both keep
     /// their allocations across calls). On error `out`'s contents are unspecified.
     pub fn read_chunk_into(&self, k: usize, buf: &mut Vec<u8>, out: &mut ChunkData) -> Result<DecodeSummary, Error> {

@@ -62,13 +62,31 @@ impl Mt19937_64 {
         if self.index >= N {
             self.twist();
         }
-        let mut y = self.state[self.index];
+        let y = self.state[self.index];
         self.index += 1;
-        y ^= (y >> 29) & 0x5555_5555_5555_5555;
-        y ^= (y << 17) & 0x71D6_7FFF_EDA6_0000;
-        y ^= (y << 37) & 0xFFF7_EEE0_0000_0000;
-        y ^= y >> 43;
-        y
+        temper(y)
+    }
+
+    /// The output `k` draws ahead (`peek(0)` is what [`next_u64`](Self::next_u64) returns next), without
+    /// drawing. `None` when it lies too far ahead: past the first 155 outputs of the next block of 312.
+    pub fn peek(&self, k: usize) -> Option<u64> {
+        let i = self.index.checked_add(k)?;
+        if i < N {
+            return Some(temper(self.state[i]));
+        }
+        // Word `i` of the next block: the twist computes its first N − M words from the current block
+        // alone (words i, i + 1 and i + M, none of them rewritten yet).
+        let i = i - N;
+        if i + 1 >= N - M {
+            return None;
+        }
+        let mt = &*self.state;
+        let x = (mt[i] & UPPER_MASK) | (mt[i + 1] & LOWER_MASK);
+        let mut xa = x >> 1;
+        if x & 1 != 0 {
+            xa ^= MATRIX_A;
+        }
+        Some(temper(mt[i + M] ^ xa))
     }
 
     /// CNTK's `RandMT(begin, end)`: `begin + next() mod (end − begin)`, no rejection sampling.
@@ -80,6 +98,16 @@ impl Mt19937_64 {
         }
         begin + self.next_u64() % (end - begin)
     }
+}
+
+/// MT19937-64's output tempering.
+#[inline]
+fn temper(mut y: u64) -> u64 {
+    y ^= (y >> 29) & 0x5555_5555_5555_5555;
+    y ^= (y << 17) & 0x71D6_7FFF_EDA6_0000;
+    y ^= (y << 37) & 0xFFF7_EEE0_0000_0000;
+    y ^= y >> 43;
+    y
 }
 
 impl Default for Mt19937_64 {
@@ -117,6 +145,30 @@ mod tests {
             [rng.next_u64(), rng.next_u64(), rng.next_u64()],
             [2947667278772165694, 18301848765998365067, 729919693006235833]
         );
+    }
+
+    #[test]
+    fn peek_sees_the_next_outputs() {
+        let mut rng = Mt19937_64::new(7);
+        for _ in 0..1000 {
+            let ahead: Vec<Option<u64>> = (0..200).map(|k| rng.peek(k)).collect();
+            assert!(ahead[..155].iter().all(|p| p.is_some()));
+            for (k, p) in ahead.iter().enumerate() {
+                if let Some(p) = p {
+                    assert_eq!(*p, rng.clone().nth_output(k));
+                }
+            }
+            rng.next_u64();
+        }
+    }
+
+    impl Mt19937_64 {
+        fn nth_output(mut self, k: usize) -> u64 {
+            for _ in 0..k {
+                self.next_u64();
+            }
+            self.next_u64()
+        }
     }
 
     #[test]

@@ -6,6 +6,9 @@ use std::collections::VecDeque;
 use super::{load_sequences, ChunkRandomizer, Mt19937_64, SequenceInfo, SequenceSource};
 use crate::Error;
 
+/// Positions whose likely swap partners are read ahead together (see `touch_partners`).
+const TOUCH_BLOCK: u64 = 64;
+
 /// A sequence at a position of the randomized sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RandomizedSequence {
@@ -152,6 +155,9 @@ impl SequenceRandomizer {
         let first = if self.rand_cursor == 0 { 0 } else { r[self.rand_cursor - 1].sequence_end };
         let end = r[next_rand - 1].sequence_end;
         for t in first..end {
+            if (t - first) % TOUCH_BLOCK == 0 {
+                self.touch_partners(t, end.min(t + TOUCH_BLOCK));
+            }
             let ci = self.chunks.chunk_of_sequence(t);
             let c = r[ci];
             let lo = r[c.window_begin as usize].sequence_start;
@@ -185,6 +191,40 @@ impl SequenceRandomizer {
         self.finalized += 1;
         self.rand_cursor = next_rand;
         Ok(())
+    }
+
+    /// Reads the home of the sequence each position of `t0..t1` will most likely be swapped with (one draw
+    /// per position, as when no draw is rejected), with independent loads, so that the cache misses of a
+    /// block overlap instead of stalling the shuffle one at a time. Reads only: the shuffle is unchanged.
+    fn touch_partners(&self, t0: u64, t1: u64) {
+        let r = self.chunks.chunks();
+        // First the addresses (arithmetic only), then the loads in a tight loop, so that they are all in
+        // flight together.
+        let mut at = [(usize::MAX, 0usize); TOUCH_BLOCK as usize];
+        let mut ci = self.chunks.chunk_of_sequence(t0);
+        for (k, t) in (t0..t1).enumerate() {
+            let Some(v) = self.rng.peek(k) else { break };
+            while r[ci].sequence_end <= t {
+                ci += 1;
+            }
+            let c = r[ci];
+            let lo = r[c.window_begin as usize].sequence_start;
+            let hi = r[c.window_end as usize - 1].sequence_end;
+            if hi > lo {
+                let j = lo + v % (hi - lo);
+                let cj = self.chunks.chunk_of_sequence(j);
+                if let Some(w) = cj.checked_sub(self.first_retained) {
+                    at[k] = (w, (j - r[cj].sequence_start) as usize);
+                }
+            }
+        }
+        let mut acc = 0u32;
+        for &(w, o) in &at {
+            if let Some(s) = self.window.get(w).and_then(|w| w.get(o)) {
+                acc = acc.wrapping_add(s.home);
+            }
+        }
+        std::hint::black_box(acc);
     }
 
     /// Frees the chunks left of both the current chunk's window and the cursor.

@@ -2,6 +2,7 @@
 //! parsed chunk data on demand. Implemented by [`CtfReader`], by [`CbfSource`] (a [`CbfFile`] with its
 //! per-sequence meta counts) and by [`MultiSource`] (shards of the same streams, one after another).
 
+use super::SourceChunk;
 use crate::cbf::{CbfFile, CbfOptions};
 use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
 use crate::{ChunkData, CtfReader, Error, StreamSpec};
@@ -20,6 +21,22 @@ pub trait Deserializer: SequenceSource + Send + Sync {
     fn streams(&self) -> &[StreamSpec];
     /// Loads and parses chunk `chunk` (an index into [`SequenceSource::chunks`]).
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error>;
+
+    /// Loads chunk `chunk` as a [`MinibatchSource`](super::MinibatchSource) holds it, possibly reusing the
+    /// buffers of `spare` (a chunk no longer needed). The default wraps [`load_chunk`](Self::load_chunk);
+    /// [`CbfSource`] keeps the chunk's records undecoded, so that minibatches copy each value once. Must
+    /// hold the same sequences as `load_chunk`, and fail exactly when it fails, with the same error.
+    fn load_source_chunk(&self, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
+        let _ = spare;
+        Ok(SourceChunk::from_data(self.load_chunk(chunk)?))
+    }
+
+    /// Whether the order in which chunks are loaded can change what they hold or which fail (a CTF reader
+    /// with a `maxErrors` budget shared by its chunks). Such sources are loaded on demand only, in
+    /// ascending chunk order, never ahead in the background. Default false.
+    fn load_order_matters(&self) -> bool {
+        false
+    }
 }
 
 impl Deserializer for CtfReader {
@@ -28,6 +45,9 @@ impl Deserializer for CtfReader {
     }
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
         CtfReader::load_chunk(self, chunk as usize)
+    }
+    fn load_order_matters(&self) -> bool {
+        self.options().max_errors > 0
     }
 }
 
@@ -38,6 +58,12 @@ impl<T: Deserializer + ?Sized> Deserializer for Arc<T> {
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
         (**self).load_chunk(chunk)
     }
+    fn load_source_chunk(&self, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
+        (**self).load_source_chunk(chunk, spare)
+    }
+    fn load_order_matters(&self) -> bool {
+        (**self).load_order_matters()
+    }
 }
 
 impl<T: Deserializer + ?Sized> Deserializer for Box<T> {
@@ -46,6 +72,12 @@ impl<T: Deserializer + ?Sized> Deserializer for Box<T> {
     }
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
         (**self).load_chunk(chunk)
+    }
+    fn load_source_chunk(&self, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
+        (**self).load_source_chunk(chunk, spare)
+    }
+    fn load_order_matters(&self) -> bool {
+        (**self).load_order_matters()
     }
 }
 
@@ -56,7 +88,7 @@ impl<T: Deserializer + ?Sized> Deserializer for Box<T> {
 /// sample count is the chunk table's, as CNTK's randomizer uses it.
 #[derive(Debug)]
 pub struct CbfSource {
-    file: CbfFile,
+    file: Arc<CbfFile>,
     chunks: Vec<ChunkInfo>,
     /// `meta[meta_offsets[c]..meta_offsets[c+1]]` are chunk `c`'s meta counts.
     meta: Vec<u32>,
@@ -96,7 +128,7 @@ impl CbfSource {
             .map(|e| ChunkInfo { num_samples: u64::from(e.num_samples), num_sequences: e.num_sequences })
             .collect();
         let streams = file.streams().iter().map(|s| s.to_spec()).collect();
-        Ok(CbfSource { file, chunks, meta, meta_offsets, streams })
+        Ok(CbfSource { file: Arc::new(file), chunks, meta, meta_offsets, streams })
     }
 
     /// The file.
@@ -128,6 +160,9 @@ impl Deserializer for CbfSource {
     }
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
         Ok(Arc::new(self.file.read_chunk(chunk as usize)?))
+    }
+    fn load_source_chunk(&self, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
+        SourceChunk::load_cbf(&self.file, chunk as usize, spare)
     }
 }
 
@@ -222,6 +257,13 @@ impl Deserializer for MultiSource {
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
         let (p, c) = self.locate(chunk).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
         self.parts[p].load_chunk(c)
+    }
+    fn load_source_chunk(&self, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
+        let (p, c) = self.locate(chunk).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        self.parts[p].load_source_chunk(c, spare)
+    }
+    fn load_order_matters(&self) -> bool {
+        self.parts.iter().any(|p| p.load_order_matters())
     }
 }
 
@@ -366,5 +408,8 @@ impl Deserializer for Composite {
             first_stream += n;
         }
         Ok(Arc::new(out))
+    }
+    fn load_order_matters(&self) -> bool {
+        self.parts.iter().any(|p| p.load_order_matters())
     }
 }

@@ -46,14 +46,18 @@
 //! sweep-0 shuffle is seeded with the bare sweep number (randomization on, seed ≠ 0), and with
 //! randomization off the round-robin worker assignment restarts at the sequence's index within its sweep.
 
+mod chunk;
 mod deserializer;
+mod loader;
+mod plan;
 
+pub use chunk::SourceChunk;
 pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
 
-use crate::randomize::{
-    BlockRandomizer, ChunkRandomizer, EpochConfig, NoRandomizer, SequenceEnumerator, SequenceSource, Window,
-};
+use crate::randomize::{BlockRandomizer, EpochConfig, NoRandomizer, Pick, SequenceEnumerator, Window};
 use crate::{ChunkData, Error, Layout, StreamData, StreamSpec};
+use loader::Loader;
+use plan::Planner;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -90,6 +94,13 @@ pub struct MinibatchConfig {
     /// Restore as CNTK 2.7 does, quirks included (see the module docs). Default false: exact
     /// continuation.
     pub cntk_restore_quirk: bool,
+    /// Background threads loading chunks ahead (`None`: the environment variable `CNTKIO_THREADS` if set,
+    /// else the number of cores; `Some(0)`: chunks are loaded on the caller's thread when needed). Threads
+    /// start at the first minibatch, not at construction. Never changes a minibatch.
+    pub threads: Option<usize>,
+    /// How many chunks beyond those the randomization window needs may be loaded ahead (`None`: 2 per
+    /// loading thread). Chunks held: the window's plus these (READER.md §3.5). Never changes a minibatch.
+    pub prefetch: Option<usize>,
 }
 
 impl Default for MinibatchConfig {
@@ -103,6 +114,8 @@ impl Default for MinibatchConfig {
             workers: 1,
             rank: 0,
             cntk_restore_quirk: false,
+            threads: None,
+            prefetch: None,
         }
     }
 }
@@ -111,6 +124,31 @@ impl MinibatchConfig {
     /// Whether sequences are actually randomized (on, with a non-zero window).
     pub fn randomized(&self) -> bool {
         self.randomize && !matches!(self.window, Window::Chunks(0) | Window::Samples(0))
+    }
+
+    /// The number of loading threads: [`threads`](Self::threads), else `CNTKIO_THREADS`, else the number
+    /// of cores.
+    pub fn loader_threads(&self) -> usize {
+        self.threads.unwrap_or_else(|| {
+            std::env::var("CNTKIO_THREADS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        })
+    }
+
+    /// The prefetch depth in chunks: [`prefetch`](Self::prefetch), else 2 per loading thread.
+    pub fn prefetch_depth(&self) -> usize {
+        self.prefetch.unwrap_or_else(|| 2 * self.loader_threads())
+    }
+
+    /// The run's end on the global timeline, for a sweep of `sweep_size` samples.
+    fn run_end(&self, sweep_size: u64) -> u64 {
+        match self.run_length {
+            RunLength::Infinite => u64::MAX / 2,
+            RunLength::Samples(n) => n,
+            RunLength::Sweeps(k) => sweep_size.saturating_mul(k),
+        }
     }
 
     /// The V2 run as an epoch: epoch 0 crossing sweeps (READER.md §4.5).
@@ -196,61 +234,6 @@ impl SourceState {
     }
 }
 
-/// The parsed chunks the randomization window needs, least recently used evicted first.
-#[derive(Debug)]
-struct ChunkCache {
-    capacity: usize,
-    tick: u64,
-    entries: Vec<(u32, Arc<ChunkData>, u64)>,
-}
-
-impl ChunkCache {
-    fn get(&mut self, source: &dyn Deserializer, chunk: u32) -> Result<Arc<ChunkData>, Error> {
-        self.tick += 1;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.0 == chunk) {
-            e.2 = self.tick;
-            return Ok(e.1.clone());
-        }
-        let data = source.load_chunk(chunk)?;
-        self.insert(chunk, data.clone(), &[]);
-        Ok(data)
-    }
-
-    /// Adds a chunk, evicting the least recently used chunk not in `keep` when full.
-    fn insert(&mut self, chunk: u32, data: Arc<ChunkData>, keep: &[u32]) {
-        while self.entries.len() >= self.capacity {
-            let victim = self
-                .entries
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| keep.binary_search(&e.0).is_err())
-                .min_by_key(|(_, e)| e.2)
-                .map(|(i, _)| i);
-            match victim {
-                Some(i) => self.entries.swap_remove(i),
-                None => break,
-            };
-        }
-        self.entries.push((chunk, data, self.tick));
-    }
-
-    /// Loads the chunks of `needed` (sorted, distinct) that are not cached, in parallel; the first error in
-    /// chunk order is returned.
-    fn load_all(&mut self, source: &dyn Deserializer, needed: &[u32]) -> Result<(), Error> {
-        use rayon::prelude::*;
-        let missing: Vec<u32> = needed.iter().copied().filter(|c| !self.entries.iter().any(|e| e.0 == *c)).collect();
-        if missing.len() < 2 {
-            return Ok(());
-        }
-        let loaded: Vec<Result<Arc<ChunkData>, Error>> = missing.par_iter().map(|&c| source.load_chunk(c)).collect();
-        self.tick += 1;
-        for (c, d) in missing.into_iter().zip(loaded) {
-            self.insert(c, d?, needed);
-        }
-        Ok(())
-    }
-}
-
 type Enumerator = Box<dyn SequenceEnumerator + Send>;
 
 /// CNTK 2.7's V2 minibatch source over a [`Deserializer`], for one worker of `workers`.
@@ -258,10 +241,19 @@ pub struct MinibatchSource {
     source: Arc<dyn Deserializer>,
     config: MinibatchConfig,
     enumerator: Enumerator,
-    cache: ChunkCache,
+    loader: Loader,
+    planner: Planner,
     minibatches: u64,
     sweep_size: u64,
     total_sequences: u64,
+    /// Scratch: the plan, the chunks of a minibatch, and those chunks loaded.
+    keep: Vec<u32>,
+    needed: Vec<u32>,
+    held: Vec<Arc<SourceChunk>>,
+    /// `slot_of[c]`: index of chunk `c` in `needed` (valid for the chunks of the current minibatch).
+    slot_of: Vec<u32>,
+    /// Where each sequence of a minibatch starts, per stream.
+    locs: Vec<usize>,
 }
 
 impl std::fmt::Debug for MinibatchSource {
@@ -282,25 +274,33 @@ impl MinibatchSource {
     pub fn new(source: Arc<dyn Deserializer>, config: MinibatchConfig) -> Result<MinibatchSource, Error> {
         let chunks = source.chunks();
         let total_sequences = chunks.iter().map(|c| u64::from(c.num_sequences)).sum();
-        let capacity = if config.randomized() {
-            // The widest window of sweep 0, plus the chunk being read (only a cache size: a chunk evicted
-            // too early is loaded again, with the same result).
-            let mut cr = ChunkRandomizer::new(chunks, config.window);
-            cr.randomize(config.seed);
-            cr.chunks().iter().map(|c| (c.window_end - c.window_begin) as usize).max().unwrap_or(1) + 1
-        } else {
-            2
-        };
         let enumerator = Self::enumerator(&source, &config)?;
         let sweep_size = enumerator.sweep_size();
+        let threads = config.loader_threads();
+        let planner = Planner::new(
+            chunks,
+            config.randomized(),
+            config.window,
+            config.seed,
+            config.workers,
+            config.rank,
+            config.prefetch_depth(),
+            config.run_end(sweep_size),
+        );
         let mut s = MinibatchSource {
+            loader: Loader::new(source.clone(), threads),
+            planner,
             source,
             config,
             enumerator,
-            cache: ChunkCache { capacity, tick: 0, entries: Vec::new() },
             minibatches: 0,
             sweep_size,
             total_sequences,
+            keep: Vec::new(),
+            needed: Vec::new(),
+            held: Vec::new(),
+            slot_of: Vec::new(),
+            locs: Vec::new(),
         };
         s.enumerator.start_epoch(&s.config.epoch())?;
         Ok(s)
@@ -370,6 +370,7 @@ impl MinibatchSource {
             );
             local = 1;
         }
+        self.prefetch();
         let mb = self.enumerator.get_next(u64::MAX, local)?;
         prepare(batch, self.source.streams());
         batch.end_of_sweep = mb.end_of_sweep;
@@ -377,18 +378,53 @@ impl MinibatchSource {
         if mb.picks.is_empty() {
             return Ok(false);
         }
-        let mut needed: Vec<u32> = mb.picks.iter().map(|p| p.chunk).collect();
-        needed.sort_unstable();
-        needed.dedup();
-        self.cache.load_all(&*self.source, &needed)?;
-        let mut chunks = Vec::with_capacity(mb.picks.len());
-        for p in &mb.picks {
-            chunks.push(self.cache.get(&*self.source, p.chunk)?);
+        let r = self.assemble(&mb.picks, batch);
+        self.held.clear();
+        r?;
+        self.minibatches += 1;
+        self.prefetch();
+        Ok(true)
+    }
+
+    /// Number of background threads loading chunks (started at the first minibatch).
+    pub fn loader_threads(&self) -> usize {
+        self.loader.threads()
+    }
+
+    /// Number of chunks currently held or being loaded (bounded by the window's chunks plus the prefetch
+    /// depth, plus the chunks of the last minibatch).
+    pub fn chunks_held(&self) -> usize {
+        self.loader.cached()
+    }
+
+    /// Tells the loader which chunks to hold from the current position on (when that changes).
+    fn prefetch(&mut self) {
+        if self.planner.plan(self.enumerator.get_state(), &mut self.keep) {
+            self.loader.plan(&self.keep, &[]);
         }
-        if self.config.frame_mode {
-            for (p, c) in mb.picks.iter().zip(&chunks) {
-                for st in &c.streams {
-                    let n = st.sequence_len(p.index as usize);
+    }
+
+    /// Copies the sequences of `picks` into `batch` (prepared empty), after CNTK's packer checks.
+    fn assemble(&mut self, picks: &[Pick], batch: &mut Batch) -> Result<(), Error> {
+        self.needed.clear();
+        self.needed.extend(picks.iter().map(|p| p.chunk));
+        self.needed.sort_unstable();
+        self.needed.dedup();
+        self.loader.get(&self.needed, &mut self.held)?;
+        let n = self.source.chunks().len();
+        if self.slot_of.len() != n {
+            self.slot_of = vec![0; n];
+        }
+        for (i, &c) in self.needed.iter().enumerate() {
+            self.slot_of[c as usize] = i as u32;
+        }
+        let views: Vec<chunk::ChunkView<'_>> = self.held.iter().map(|c| c.view()).collect();
+        let view = |p: &Pick| views[self.slot_of[p.chunk as usize] as usize];
+        if self.config.frame_mode && self.held.iter().any(|c| c.max_len() > 1) {
+            for p in picks {
+                let v = view(p);
+                for st in 0..self.source.streams().len() {
+                    let n = v.sequence_len(st, p.index as usize);
                     if n > 1 {
                         return Err(Error::config(format!("Detected a non-frame sequence of size {n} in frame mode."))
                             .with_sequence(p.key));
@@ -396,26 +432,49 @@ impl MinibatchSource {
                 }
             }
         }
-        for (p, c) in mb.picks.iter().zip(&chunks) {
-            if let Some(st) = c.streams.iter().position(|st| st.sequence_len(p.index as usize) == 0) {
-                return Err(Error::config(format!(
-                    "AddSequence: Sequences must be a least one frame long (stream \"{}\" of sequence {} is empty).",
-                    self.source.streams()[st].name,
-                    p.key
-                ))
-                .with_sequence(p.key));
+        if self.held.iter().any(|c| c.has_empty()) {
+            for p in picks {
+                let v = view(p);
+                if let Some(st) = (0..self.source.streams().len()).find(|&st| v.sequence_len(st, p.index as usize) == 0)
+                {
+                    return Err(Error::config(format!(
+                        "AddSequence: Sequences must be a least one frame long (stream \"{}\" of sequence {} is empty).",
+                        self.source.streams()[st].name,
+                        p.key
+                    ))
+                    .with_sequence(p.key));
+                }
             }
         }
-        for (p, c) in mb.picks.iter().zip(&chunks) {
-            let i = p.index as usize;
-            batch.data.keys.push(p.key);
-            batch.data.num_samples.push(p.num_samples);
-            for (dst, src) in batch.data.streams.iter_mut().zip(&c.streams) {
-                append_sequence(dst, src, i);
+        // Bring every sequence's values into the cache with independent loads, then copy.
+        let ns = batch.data.streams.len();
+        self.locs.clear();
+        for p in picks {
+            let v = view(p);
+            self.locs.extend((0..ns).map(|st| v.locate(st, p.index as usize)));
+        }
+        let mut acc = 0u64;
+        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns)) {
+            let v = view(p);
+            for (st, &a) in at.iter().enumerate() {
+                v.touch_first(st, a, &mut acc);
             }
         }
-        self.minibatches += 1;
-        Ok(true)
+        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns)) {
+            let v = view(p);
+            for (st, &a) in at.iter().enumerate() {
+                v.touch_rest(st, p.index as usize, a, &mut acc);
+            }
+        }
+        std::hint::black_box(acc);
+        batch.data.keys.extend(picks.iter().map(|p| p.key));
+        batch.data.num_samples.extend(picks.iter().map(|p| p.num_samples));
+        for (st, dst) in batch.data.streams.iter_mut().enumerate() {
+            for p in picks {
+                view(p).append(st, p.index as usize, dst);
+            }
+        }
+        Ok(())
     }
 
     /// A checkpoint of the current position (READER.md §8.1).
@@ -467,6 +526,7 @@ impl MinibatchSource {
             self.enumerator.set_state(cur)?;
         }
         self.minibatches = state.minibatches;
+        self.planner.reset();
         Ok(())
     }
 }

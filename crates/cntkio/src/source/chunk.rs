@@ -1,0 +1,358 @@
+//! Chunks as the minibatch source holds them ([`SourceChunk`]): parsed [`ChunkData`], or a CBF chunk's
+//! undecoded records (in a reused buffer or in the file's map), from which minibatches copy each
+//! sequence's values once.
+
+use crate::cbf::CbfFile;
+use crate::{ChunkData, ElementType, Error, Layout, StorageFormat, StreamData, Values};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// A loaded chunk, as a [`MinibatchSource`](super::MinibatchSource) holds it between loading and
+/// assembling minibatches: sequence `i` is sequence `i` of the chunk's sequence list, with one stream per
+/// entry of the deserializer's [`streams`](super::Deserializer::streams).
+///
+/// Made by [`Deserializer::load_source_chunk`](super::Deserializer::load_source_chunk): parsed data
+/// ([`SourceChunk::from_data`]) or, for CBF files, the chunk's records as they are in the file.
+#[derive(Debug)]
+pub struct SourceChunk {
+    repr: Repr,
+    /// The longest sequence of any stream (frame mode checks only chunks where this exceeds 1).
+    max_len: u64,
+    /// Some stream of some sequence has no sample (checked per sequence only in such chunks).
+    has_empty: bool,
+}
+
+#[derive(Debug)]
+enum Repr {
+    Data(Arc<ChunkData>),
+    Cbf(CbfChunk),
+}
+
+/// A CBF chunk's records, validated as the decoder validates them.
+#[derive(Debug)]
+struct CbfChunk {
+    bytes: Bytes,
+    /// Per stream: the offset (in the chunk's bytes) of each sequence's record.
+    streams: Vec<RawStream>,
+}
+
+#[derive(Debug)]
+enum Bytes {
+    /// Read into an owned buffer.
+    Owned(Vec<u8>),
+    /// The chunk's range of a mapped file.
+    Mapped(Arc<CbfFile>, Range<usize>),
+}
+
+#[derive(Debug)]
+pub(crate) struct RawStream {
+    sparse: bool,
+    dim: usize,
+    f64: bool,
+    /// Offset of each sequence's record in the chunk's bytes (chunks of 4 GiB or more are decoded).
+    records: Vec<u32>,
+}
+
+impl SourceChunk {
+    /// A chunk of parsed data.
+    pub fn from_data(data: Arc<ChunkData>) -> SourceChunk {
+        let mut max_len = 0;
+        let mut has_empty = false;
+        for s in &data.streams {
+            for w in s.sequence_offsets.windows(2) {
+                let n = w[1] - w[0];
+                max_len = max_len.max(n);
+                has_empty |= n == 0;
+            }
+        }
+        SourceChunk { repr: Repr::Data(data), max_len, has_empty }
+    }
+
+    /// Number of sequences.
+    pub fn num_sequences(&self) -> usize {
+        match &self.repr {
+            Repr::Data(d) => d.num_sequences(),
+            Repr::Cbf(c) => c.streams.first().map_or(0, |s| s.records.len()),
+        }
+    }
+
+    /// The parsed data, if the chunk holds parsed data.
+    pub fn data(&self) -> Option<&Arc<ChunkData>> {
+        match &self.repr {
+            Repr::Data(d) => Some(d),
+            Repr::Cbf(_) => None,
+        }
+    }
+
+    /// The longest sequence of any stream, in samples.
+    pub(crate) fn max_len(&self) -> u64 {
+        self.max_len
+    }
+
+    /// Whether some stream of some sequence has no sample.
+    pub(crate) fn has_empty(&self) -> bool {
+        self.has_empty
+    }
+
+    /// A borrowed view for reading sequences.
+    pub(crate) fn view(&self) -> ChunkView<'_> {
+        match &self.repr {
+            Repr::Data(d) => ChunkView::Data(d),
+            Repr::Cbf(c) => {
+                let bytes = match &c.bytes {
+                    Bytes::Owned(v) => &v[..],
+                    Bytes::Mapped(f, r) => &f.mapped_bytes().expect("a mapped chunk's file stays mapped")[r.clone()],
+                };
+                ChunkView::Cbf(bytes, &c.streams)
+            }
+        }
+    }
+
+    /// Number of samples of sequence `seq` in stream `stream`.
+    pub fn sequence_len(&self, stream: usize, seq: usize) -> u64 {
+        self.view().sequence_len(stream, seq)
+    }
+
+    /// Appends sequence `seq` of stream `stream` to `dst` (which has the stream's storage format and
+    /// element type).
+    pub fn append_sequence(&self, stream: usize, seq: usize, dst: &mut StreamData) {
+        self.view().append(stream, seq, dst)
+    }
+
+    /// Takes the owned byte buffer back, for reuse.
+    fn into_buffer(self) -> Option<Vec<u8>> {
+        match self.repr {
+            Repr::Cbf(CbfChunk { bytes: Bytes::Owned(v), .. }) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Loads chunk `k` of a CBF file, keeping its records undecoded (in `spare`'s buffer when the file is
+    /// not mapped). A chunk the decoder would refuse (or that the fast check does not accept) is decoded
+    /// instead, so that errors are exactly the decoder's.
+    pub(crate) fn load_cbf(file: &Arc<CbfFile>, k: usize, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
+        let mut buf = spare.and_then(SourceChunk::into_buffer).unwrap_or_default();
+        let walked = {
+            let bytes = file.chunk_bytes(k, &mut buf)?;
+            walk_cbf(file, k, bytes)
+        };
+        let Some((streams, max_len, has_empty)) = walked.filter(|_| buf.len() <= u32::MAX as usize || file.is_mapped())
+        else {
+            return Ok(SourceChunk::from_data(Arc::new(file.read_chunk(k)?)));
+        };
+        let bytes = if file.is_mapped() {
+            let r = file.header().chunk_range(k).expect("chunk_bytes checked the chunk");
+            Bytes::Mapped(file.clone(), r.start as usize..r.end as usize)
+        } else {
+            Bytes::Owned(buf)
+        };
+        Ok(SourceChunk { repr: Repr::Cbf(CbfChunk { bytes, streams }), max_len, has_empty })
+    }
+}
+
+/// Reads the records of chunk `k` (its `bytes`), checking everything the decoder checks; `None` if
+/// anything is amiss.
+fn walk_cbf(file: &CbfFile, k: usize, bytes: &[u8]) -> Option<(Vec<RawStream>, u64, bool)> {
+    let header = file.header();
+    if bytes.len() > u32::MAX as usize {
+        return None;
+    }
+    let s_count = header.chunks().get(k)?.num_sequences as usize;
+    let mut pos = s_count.checked_mul(4)?;
+    if pos > bytes.len() {
+        return None;
+    }
+    let (mut max_len, mut has_empty) = (0u64, false);
+    let mut streams = Vec::with_capacity(header.streams().len());
+    for sh in header.streams() {
+        let es = sh.elem_size() as usize;
+        let dim = sh.dim as usize;
+        let sparse = sh.format == StorageFormat::Sparse;
+        let mut records = Vec::with_capacity(s_count);
+        for _ in 0..s_count {
+            records.push(pos as u32);
+            let n = u32_at(bytes, pos)? as usize;
+            if sparse {
+                let nnz = u32_at(bytes, pos + 4)?;
+                if nnz > i32::MAX as u32 {
+                    return None;
+                }
+                let nnz = nnz as usize;
+                let values = pos + 8;
+                let idx = values.checked_add(nnz.checked_mul(es)?)?;
+                let counts = idx.checked_add(nnz.checked_mul(4)?)?;
+                let end = counts.checked_add(n.checked_mul(4)?)?;
+                if end > bytes.len() {
+                    return None;
+                }
+                for c in bytes[idx..counts].chunks_exact(4) {
+                    let i = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    if i < 0 || i as u32 >= sh.dim {
+                        return None;
+                    }
+                }
+                let mut sum = 0u64;
+                for c in bytes[counts..end].chunks_exact(4) {
+                    let c = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    if c < 0 {
+                        return None;
+                    }
+                    sum += c as u64;
+                    if sum > nnz as u64 {
+                        return None;
+                    }
+                }
+                if sum != nnz as u64 {
+                    return None;
+                }
+                pos = end;
+            } else {
+                let len = n.checked_mul(dim)?.checked_mul(es)?;
+                let end = (pos + 4).checked_add(len)?;
+                if end > bytes.len() {
+                    return None;
+                }
+                pos = end;
+            }
+            max_len = max_len.max(n as u64);
+            has_empty |= n == 0;
+        }
+        streams.push(RawStream { sparse, dim, f64: sh.element_type == ElementType::F64, records });
+    }
+    Some((streams, max_len, has_empty))
+}
+
+#[inline]
+fn u32_at(bytes: &[u8], pos: usize) -> Option<u32> {
+    let b = bytes.get(pos..pos.checked_add(4)?)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+#[inline]
+fn u32_le(bytes: &[u8], pos: usize) -> u32 {
+    u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4 bytes"))
+}
+
+/// A loaded chunk, borrowed for one minibatch.
+#[derive(Clone, Copy)]
+pub(crate) enum ChunkView<'a> {
+    Data(&'a ChunkData),
+    Cbf(&'a [u8], &'a [RawStream]),
+}
+
+impl ChunkView<'_> {
+    /// Number of samples of sequence `seq` in stream `stream`.
+    #[inline]
+    pub(crate) fn sequence_len(&self, stream: usize, seq: usize) -> u64 {
+        match self {
+            ChunkView::Data(d) => d.streams[stream].sequence_len(seq),
+            ChunkView::Cbf(b, s) => u64::from(u32_le(b, s[stream].records[seq] as usize)),
+        }
+    }
+
+    /// Where sequence `seq` of stream `stream` starts: for CBF records the record's offset in the chunk's
+    /// bytes, for parsed data its first sample. The first of three steps that bring a minibatch's sequences
+    /// into the cache with many independent loads in flight (instead of one miss at a time while copying):
+    /// locate every sequence, then [`touch_first`](Self::touch_first), then
+    /// [`touch_rest`](Self::touch_rest).
+    #[inline]
+    pub(crate) fn locate(&self, stream: usize, seq: usize) -> usize {
+        match self {
+            ChunkView::Data(d) => d.streams[stream].sequence_offsets[seq] as usize,
+            ChunkView::Cbf(_, s) => s[stream].records[seq] as usize,
+        }
+    }
+
+    /// Loads the first cache line of the located sequence.
+    #[inline]
+    pub(crate) fn touch_first(&self, stream: usize, at: usize, acc: &mut u64) {
+        match self {
+            ChunkView::Data(d) => {
+                let s = &d.streams[stream];
+                if let (Layout::Dense, Values::F32(v)) = (&s.layout, &s.values) {
+                    if let Some(x) = v.get(at * s.dim) {
+                        *acc = acc.wrapping_add(u64::from(x.to_bits()));
+                    }
+                }
+            }
+            ChunkView::Cbf(b, _) => *acc = acc.wrapping_add(u64::from(b[at])),
+        }
+    }
+
+    /// Loads the other cache lines of the located sequence (dense streams).
+    #[inline]
+    pub(crate) fn touch_rest(&self, stream: usize, seq: usize, at: usize, acc: &mut u64) {
+        match self {
+            ChunkView::Data(d) => {
+                let s = &d.streams[stream];
+                if let (Layout::Dense, Values::F32(v)) = (&s.layout, &s.values) {
+                    let end = (s.sequence_offsets[seq + 1] as usize * s.dim).min(v.len());
+                    let mut i = at * s.dim + 16;
+                    while i < end {
+                        *acc = acc.wrapping_add(u64::from(v[i].to_bits()));
+                        i += 16;
+                    }
+                }
+            }
+            ChunkView::Cbf(b, streams) => {
+                let s = &streams[stream];
+                if !s.sparse {
+                    let n = u32_le(b, at) as usize;
+                    let end = (at + 4 + n * s.dim * if s.f64 { 8 } else { 4 }).min(b.len());
+                    let mut i = at + 64;
+                    while i < end {
+                        *acc = acc.wrapping_add(u64::from(b[i]));
+                        i += 64;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Appends sequence `seq` of stream `stream` to `dst` (same storage format and element type).
+    #[inline]
+    pub(crate) fn append(&self, stream: usize, seq: usize, dst: &mut StreamData) {
+        match self {
+            ChunkView::Data(d) => super::append_sequence(dst, &d.streams[stream], seq),
+            ChunkView::Cbf(b, streams) => {
+                let s = &streams[stream];
+                let rec = s.records[seq] as usize;
+                let n = u32_le(b, rec) as usize;
+                let es = if s.f64 { 8 } else { 4 };
+                if s.sparse {
+                    let nnz = u32_le(b, rec + 4) as usize;
+                    let values = rec + 8;
+                    let idx = values + nnz * es;
+                    let counts = idx + nnz * 4;
+                    extend_le(&mut dst.values, &b[values..idx]);
+                    let Layout::Sparse { indices, sample_offsets } = &mut dst.layout else {
+                        unreachable!("a deserializer's chunks have its streams' storage formats")
+                    };
+                    indices
+                        .extend(b[idx..counts].chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+                    let mut o = *sample_offsets.last().expect("starts with 0");
+                    sample_offsets.extend(b[counts..counts + 4 * n].chunks_exact(4).map(|c| {
+                        o += u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+                        o
+                    }));
+                } else {
+                    let start = rec + 4;
+                    extend_le(&mut dst.values, &b[start..start + n * s.dim * es]);
+                }
+                let last = *dst.sequence_offsets.last().expect("starts with 0");
+                dst.sequence_offsets.push(last + n as u64);
+            }
+        }
+    }
+}
+
+/// Appends little-endian values of `v`'s element type.
+#[inline]
+fn extend_le(v: &mut Values, raw: &[u8]) {
+    match v {
+        Values::F32(v) => v.extend(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+        Values::F64(v) => {
+            v.extend(raw.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])))
+        }
+    }
+}
