@@ -115,9 +115,9 @@ def _worker() -> Tuple[int, int]:
     return int(info.id), int(info.num_workers)
 
 
-def _consumed_shares(n: int, counts: Sequence[int]) -> List[int]:
+def _consumed_shares(n: int, counts: Sequence[int]) -> Tuple[List[int], int]:
     """How many batches of each worker are among the first ``n`` a DataLoader yields, given each worker's
-    number of batches: workers in turn, an exhausted worker skipped."""
+    number of batches (workers in turn, an exhausted worker skipped), and the worker whose turn is next."""
     taken = [0] * len(counts)
     left = min(n, sum(counts))
     w = 0
@@ -126,7 +126,7 @@ def _consumed_shares(n: int, counts: Sequence[int]) -> List[int]:
             taken[w] += 1
             left -= 1
         w = (w + 1) % len(counts)
-    return taken
+    return taken, w
 
 
 def _open_paths(paths: Union[PathLike, Sequence[PathLike]], streams: Any, options: Dict[str, Any]) -> List[_Deserializer]:
@@ -237,7 +237,7 @@ class MinibatchIterable:
 
     def partition(self) -> Tuple[int, int]:
         """``(partition index, number of partitions)`` of the caller: ``rank × num_workers + worker id`` of
-        ``world_size × num_workers``."""
+        ``world_size × num_workers`` (rotated among the rank's workers for the rest of a resumed epoch)."""
         w, n = _worker()
         return self.rank * n + w, self.world_size * n
 
@@ -275,10 +275,14 @@ class MinibatchIterable:
         self._resume = (self.epoch, int(state["batches"]), max(1, int(workers or 0)))
         self._yielded = int(state["batches"])
 
-    def _skip(self, src: MinibatchSource, size: int, index: int, partitions: int, workers: int) -> int:
-        """Restores ``src`` past the batches of this partition the resumed loop had consumed."""
+    def _resume_slot(self, src: MinibatchSource, size: int, worker: int, workers: int) -> Tuple[int, int]:
+        """``(slot, skipped)``: which of this rank's ``workers`` partitions this worker reads, and how many of
+        its batches it skips (``src`` is restored past them). Without a resume point: its own, none. When
+        resuming after ``n`` batches, the DataLoader's round robin is replayed from the index: each partition's
+        share of the ``n`` is skipped, and the partitions are rotated so that the resumed loader's worker 0
+        reads the partition whose turn was next — the resumed loader then yields the uninterrupted order."""
         if self._resume is None or self._resume[0] != self.epoch:
-            return 0
+            return worker, 0
         _, n, saved_workers = self._resume
         if saved_workers != workers:
             raise UsageError(
@@ -286,19 +290,22 @@ class MinibatchIterable:
                 f"{workers}: pass num_workers to load_state_dict, or use the same number"
             )
         if n == 0:
-            return 0
+            return worker, 0
+        partitions = self.world_size * workers
         first = self.rank * workers
         plans = [src._plan(size, partitions, first + w) for w in range(workers)]
-        mine = plans[index - first]
-        k = _consumed_shares(n, [len(p) for p in plans])[index - first]
+        shares, turn = _consumed_shares(n, [len(p) for p in plans])
+        slot = (turn + worker) % workers
+        k = shares[slot]
         if k:
-            src.restore_from_checkpoint(mine[k - 1])
-        return k
+            src.restore_from_checkpoint(plans[slot][k - 1])
+        return slot, k
 
     # ---- iteration --------------------------------------------------------------------------------------
     def minibatches(self) -> Iterator[Minibatch]:
         """This partition's minibatches of the current epoch (one sweep)."""
-        index, partitions = self.partition()
+        worker, workers = _worker()
+        partitions = self.world_size * workers
         src = self._source(self.epoch)
         if self.shuffle and src.num_chunks < partitions:
             _log.warning(
@@ -308,8 +315,9 @@ class MinibatchIterable:
                 src.num_chunks,
             )
         size = self.batch_size * partitions
-        skipped = self._skip(src, size, index, partitions, partitions // self.world_size)
-        in_process = _worker()[1] == 1
+        slot, skipped = self._resume_slot(src, size, worker, workers)
+        index = self.rank * workers + slot
+        in_process = workers == 1
         if in_process:
             self._yielded = skipped
         while True:
@@ -381,6 +389,7 @@ def _to_tensors(mb: Minibatch, layout: str, with_keys: bool, sparse: str) -> Dic
                     torch.from_numpy(indices),
                     torch.from_numpy(data),
                     size=(s.num_samples, s.dim),
+                    check_invariants=False,
                 )
         elif s.is_sparse:
             out[name] = torch.from_numpy(s.todense())

@@ -5,6 +5,7 @@
 mod arrays;
 mod errors;
 mod ops;
+mod pool;
 mod reader;
 mod source;
 mod spec;

@@ -106,21 +106,23 @@ impl Reader {
     #[new]
     fn new(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult<Reader> {
         let spec = from_dict(config)?;
-        py.detach(|| -> Result<Reader, Error> {
-            Ok(match spec {
-                Spec::Ctf { path, schema, options, access } => {
-                    let threads = threads(None);
-                    let r = CtfReader::open_with(&path, &schema, &options, access, threads)
-                        .map_err(|e| at_path(e, &path))?;
-                    Reader { streams: schema.streams().to_vec(), inner: Inner::Ctf(Arc::new(r)) }
-                }
-                Spec::Cbf { path, options, precision } => {
-                    let file = CbfFile::open_with(&path, &options).map_err(|e| at_path(e, &path))?;
-                    let streams = cbf_streams(&file, precision)?;
-                    let source = CbfSource::new(file).map_err(|e| at_path(e, &path))?;
-                    let c = CbfDeserializer { source, streams: streams.clone(), precision };
-                    Reader { streams, inner: Inner::Cbf(Arc::new(c)) }
-                }
+        py.detach(|| {
+            crate::pool::run(|| -> Result<Reader, Error> {
+                Ok(match spec {
+                    Spec::Ctf { path, schema, options, access } => {
+                        let threads = threads(None);
+                        let r = CtfReader::open_with(&path, &schema, &options, access, threads)
+                            .map_err(|e| at_path(e, &path))?;
+                        Reader { streams: schema.streams().to_vec(), inner: Inner::Ctf(Arc::new(r)) }
+                    }
+                    Spec::Cbf { path, options, precision } => {
+                        let file = CbfFile::open_with(&path, &options).map_err(|e| at_path(e, &path))?;
+                        let streams = cbf_streams(&file, precision)?;
+                        let source = CbfSource::new(file).map_err(|e| at_path(e, &path))?;
+                        let c = CbfDeserializer { source, streams: streams.clone(), precision };
+                        Reader { streams, inner: Inner::Cbf(Arc::new(c)) }
+                    }
+                })
             })
         })
         .map_err(py_err)
@@ -160,11 +162,15 @@ impl Reader {
             return Err(pyo3::exceptions::PyIndexError::new_err(format!("chunk {i} out of range ({n} chunks)")));
         }
         let data = py
-            .detach(|| -> Result<ChunkData, Error> {
-                match &self.inner {
-                    Inner::Ctf(r) => Ok(Arc::try_unwrap(CtfReader::load_chunk(r, i)?).unwrap_or_else(|a| (*a).clone())),
-                    Inner::Cbf(c) => read_cbf_chunk(c.source.file(), i, c.precision),
-                }
+            .detach(|| {
+                crate::pool::run(|| -> Result<ChunkData, Error> {
+                    match &self.inner {
+                        Inner::Ctf(r) => {
+                            Ok(Arc::try_unwrap(CtfReader::load_chunk(r, i)?).unwrap_or_else(|a| (*a).clone()))
+                        }
+                        Inner::Cbf(c) => read_cbf_chunk(c.source.file(), i, c.precision),
+                    }
+                })
             })
             .map_err(py_err)?;
         chunk_to_py(py, data)

@@ -163,15 +163,17 @@ impl Source {
             rank: 0,
             cntk_restore_quirk,
         };
-        py.detach(move || -> Result<Source, Error> {
-            let deserializer: Arc<dyn Deserializer> = match parts.len() {
-                0 => return Err(Error::config("a minibatch source needs at least one deserializer")),
-                1 => parts.into_iter().next().expect("one part"),
-                _ if join => Arc::new(Composite::new(parts)?),
-                _ => Arc::new(MultiSource::new(parts)?),
-            };
-            let src = MinibatchSource::new(deserializer.clone(), config)?;
-            Ok(Source { deserializer, inner: Mutex::new(src), hint: Mutex::new(Sizes::default()) })
+        py.detach(move || {
+            crate::pool::run(move || -> Result<Source, Error> {
+                let deserializer: Arc<dyn Deserializer> = match parts.len() {
+                    0 => return Err(Error::config("a minibatch source needs at least one deserializer")),
+                    1 => parts.into_iter().next().expect("one part"),
+                    _ if join => Arc::new(Composite::new(parts)?),
+                    _ => Arc::new(MultiSource::new(parts)?),
+                };
+                let src = MinibatchSource::new(deserializer.clone(), config)?;
+                Ok(Source { deserializer, inner: Mutex::new(src), hint: Mutex::new(Sizes::default()) })
+            })
         })
         .map_err(py_err)
     }
@@ -208,17 +210,19 @@ impl Source {
         rank: u32,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let batch = py
-            .detach(|| -> Result<Option<Batch>, Error> {
-                let mut src = lock(&self.inner);
-                repartition(&self.deserializer, &mut src, workers, rank)?;
-                // The arrays move to NumPy; the next batch is allocated at the size of the last one
-                // (one allocation per array instead of a doubling series).
-                let mut hint = lock_hint(&self.hint);
-                let mut batch = Batch::new(self.deserializer.streams());
-                reserve(&mut batch, &hint);
-                let more = src.next_minibatch_into(size, &mut batch)?;
-                *hint = sizes(&batch);
-                Ok(more.then_some(batch))
+            .detach(|| {
+                crate::pool::run(|| -> Result<Option<Batch>, Error> {
+                    let mut src = lock(&self.inner);
+                    repartition(&self.deserializer, &mut src, workers, rank)?;
+                    // The arrays move to NumPy; the next batch is allocated at the size of the last one
+                    // (one allocation per array instead of a doubling series).
+                    let mut hint = lock_hint(&self.hint);
+                    let mut batch = Batch::new(self.deserializer.streams());
+                    reserve(&mut batch, &hint);
+                    let more = src.next_minibatch_into(size, &mut batch)?;
+                    *hint = sizes(&batch);
+                    Ok(more.then_some(batch))
+                })
             })
             .map_err(py_err)?;
         let Some(batch) = batch else { return Ok(None) };
@@ -235,9 +239,11 @@ impl Source {
 
     /// Continues from a checkpoint (`SourceState` JSON) taken with the same data and configuration.
     fn restore(&self, py: Python<'_>, state: &str) -> PyResult<()> {
-        py.detach(|| -> Result<(), Error> {
-            let st = SourceState::from_json(state)?;
-            lock(&self.inner).restore(&st)
+        py.detach(|| {
+            crate::pool::run(|| -> Result<(), Error> {
+                let st = SourceState::from_json(state)?;
+                lock(&self.inner).restore(&st)
+            })
         })
         .map_err(py_err)
     }
@@ -248,28 +254,30 @@ impl Source {
     /// `limit` are returned (required for an infinite run).
     #[pyo3(signature = (size, workers = 1, rank = 0, limit = None))]
     fn plan(&self, py: Python<'_>, size: u64, workers: u32, rank: u32, limit: Option<usize>) -> PyResult<Vec<String>> {
-        py.detach(|| -> Result<Vec<String>, Error> {
-            let config = lock(&self.inner).config().clone();
-            if config.run_length == RunLength::Infinite && limit.is_none() {
-                return Err(Error::config("cannot plan an infinite run without a limit"));
-            }
-            if workers == 0 || rank >= workers {
-                return Err(Error::config(format!(
-                    "partition_index {rank} is not below num_data_partitions {workers} (which must be > 0)"
-                )));
-            }
-            let skeleton: Arc<dyn Deserializer> = Arc::new(Skeleton {
-                inner: self.deserializer.clone(),
-                empty: Arc::new(ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() }),
-            });
-            let config = MinibatchConfig { workers, rank, frame_mode: false, ..config };
-            let mut src = MinibatchSource::new(skeleton, config)?;
-            let mut batch = Batch::new(&[]);
-            let mut out = Vec::new();
-            while out.len() < limit.unwrap_or(usize::MAX) && src.next_minibatch_into(size, &mut batch)? {
-                out.push(src.state().to_json());
-            }
-            Ok(out)
+        py.detach(|| {
+            crate::pool::run(|| -> Result<Vec<String>, Error> {
+                let config = lock(&self.inner).config().clone();
+                if config.run_length == RunLength::Infinite && limit.is_none() {
+                    return Err(Error::config("cannot plan an infinite run without a limit"));
+                }
+                if workers == 0 || rank >= workers {
+                    return Err(Error::config(format!(
+                        "partition_index {rank} is not below num_data_partitions {workers} (which must be > 0)"
+                    )));
+                }
+                let skeleton: Arc<dyn Deserializer> = Arc::new(Skeleton {
+                    inner: self.deserializer.clone(),
+                    empty: Arc::new(ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() }),
+                });
+                let config = MinibatchConfig { workers, rank, frame_mode: false, ..config };
+                let mut src = MinibatchSource::new(skeleton, config)?;
+                let mut batch = Batch::new(&[]);
+                let mut out = Vec::new();
+                while out.len() < limit.unwrap_or(usize::MAX) && src.next_minibatch_into(size, &mut batch)? {
+                    out.push(src.state().to_json());
+                }
+                Ok(out)
+            })
         })
         .map_err(py_err)
     }
