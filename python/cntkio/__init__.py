@@ -40,6 +40,12 @@ from cntkio._errors import (
 __version__: str = _native.__version__
 
 __all__ = [
+    "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
+    "FULL_DATA_SWEEP",
+    "INFINITELY_REPEAT",
+    "Minibatch",
+    "MinibatchData",
+    "MinibatchSource",
     "CBFDeserializer",
     "CTFDeserializer",
     "CntkError",
@@ -155,7 +161,7 @@ class StreamDefs(_Record):
 
 
 class StreamInformation(NamedTuple):
-    """A stream a deserializer delivers."""
+    """A stream a deserializer delivers (hashable: the key of a minibatch's streams)."""
 
     name: str
     alias: str
@@ -163,6 +169,21 @@ class StreamInformation(NamedTuple):
     is_sparse: bool
     dtype: Any
     defines_mb_size: bool
+
+    @property
+    def m_name(self) -> str:
+        """The name (CNTK's attribute)."""
+        return self.name
+
+    @property
+    def storage_format(self) -> str:
+        """``"dense"`` or ``"sparse"``."""
+        return "sparse" if self.is_sparse else "dense"
+
+    @property
+    def sample_shape(self) -> Tuple[int, ...]:
+        """``(dim,)``: samples are read flat."""
+        return (self.dim,)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -242,7 +263,7 @@ class StreamData:
     def csr(self) -> Any:
         """Sparse streams: a ``scipy.sparse.csr_matrix`` shaped ``(samples, dim)``, sharing the arrays."""
         data, indices, indptr = self.raw()
-        return _csr_matrix(data, indices, indptr, self.shape)
+        return _csr_matrix(data, indices, indptr, (self.num_samples, self.dim))
 
     def asarray(self) -> Any:
         """Dense: the ``(samples, dim)`` array. Sparse: a CSR matrix when SciPy is installed, else
@@ -255,7 +276,7 @@ class StreamData:
         """A dense ``(samples, dim)`` array (sparse entries summed where an index repeats)."""
         if not self.is_sparse:
             return self.values
-        out = _np.zeros(self.shape, dtype=self.values.dtype)
+        out = _np.zeros((self.num_samples, self.dim), dtype=self.values.dtype)
         rows = _np.repeat(_np.arange(self.num_samples), _np.diff(self.indptr))
         _np.add.at(out, (rows, self.indices), self.values)
         return out
@@ -722,3 +743,16 @@ def validate(
         warnings=[_validation_error(w) for w in r["warnings"]],
         **fields,
     )
+
+
+# --------------------------------------------------------------------------------------------------------
+# The minibatch source (its module needs the classes above)
+
+from cntkio._source import (  # noqa: E402
+    DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
+    FULL_DATA_SWEEP,
+    INFINITELY_REPEAT,
+    Minibatch,
+    MinibatchData,
+    MinibatchSource,
+)

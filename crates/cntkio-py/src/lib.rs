@@ -5,7 +5,9 @@
 mod arrays;
 mod errors;
 mod ops;
+mod pool;
 mod reader;
+mod source;
 mod spec;
 
 use pyo3::prelude::*;
@@ -21,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CBF_TYPE", spec::CBF_TYPE)?;
     m.add("DEFAULT_CHUNK_SIZE", cntkio::options::DEFAULT_CHUNK_SIZE)?;
     m.add_class::<reader::Reader>()?;
+    m.add_class::<source::Source>()?;
     m.add_function(wrap_pyfunction!(reader::read_all, m)?)?;
     m.add_function(wrap_pyfunction!(reader::stream_infos, m)?)?;
     m.add_function(wrap_pyfunction!(ops::detect, m)?)?;

@@ -36,7 +36,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, skip_sequence_ids: bool) -> P
 /// Runs the `cntkio` command line with `argv` (program name first) and returns its exit status.
 #[pyfunction]
 pub fn run_cli(py: Python<'_>, argv: Vec<String>) -> u8 {
-    let code = py.detach(|| cntkio_cli::run(argv));
+    let code = py.detach(|| crate::pool::run(|| cntkio_cli::run(argv)));
     (0..=u8::MAX).find(|&c| ExitCode::from(c) == code).unwrap_or(1)
 }
 

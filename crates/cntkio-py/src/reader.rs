@@ -6,23 +6,63 @@ use crate::errors::{at_path, py_err};
 use crate::spec::{from_dict, Spec};
 use cntkio::cbf::CbfFile;
 use cntkio::ctf::{scan_file, ScanOptions};
-use cntkio::{ChunkData, CtfReader, Error, InputFile, Schema, StreamSpec};
+use cntkio::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
+use cntkio::source::{CbfSource, Deserializer};
+use cntkio::{ChunkData, CtfReader, ElementType, Error, InputFile, Schema, StreamSpec};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rayon::prelude::*;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-enum Inner {
-    Ctf(CtfReader),
-    Cbf { file: CbfFile, precision: Option<cntkio::ElementType> },
+/// A CBF file as a deserializer of the minibatch source, its streams converted to the element type asked
+/// for (`precision`), if any.
+#[derive(Debug)]
+pub struct CbfDeserializer {
+    source: CbfSource,
+    streams: Vec<StreamSpec>,
+    precision: Option<ElementType>,
 }
 
-/// An opened deserializer: a CTF file indexed (or its index cache loaded), or a CBF header read.
+impl SequenceSource for CbfDeserializer {
+    fn chunks(&self) -> &[ChunkInfo] {
+        self.source.chunks()
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
+        self.source.sequences(chunk, out)
+    }
+}
+
+impl Deserializer for CbfDeserializer {
+    fn streams(&self) -> &[StreamSpec] {
+        &self.streams
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        Ok(Arc::new(read_cbf_chunk(self.source.file(), chunk as usize, self.precision)?))
+    }
+}
+
+enum Inner {
+    Ctf(Arc<CtfReader>),
+    Cbf(Arc<CbfDeserializer>),
+}
+
+/// An opened deserializer: a CTF file indexed (or its index cache loaded), or a CBF header and its
+/// per-sequence meta counts read.
 #[pyclass(module = "cntkio._native", frozen)]
 pub struct Reader {
     inner: Inner,
     streams: Vec<StreamSpec>,
+}
+
+impl Reader {
+    /// The opened file as a deserializer of the minibatch source (shared, not reopened).
+    pub fn deserializer(&self) -> Arc<dyn Deserializer> {
+        match &self.inner {
+            Inner::Ctf(r) => r.clone(),
+            Inner::Cbf(c) => c.clone(),
+        }
+    }
 }
 
 fn threads(n: Option<usize>) -> usize {
@@ -30,7 +70,7 @@ fn threads(n: Option<usize>) -> usize {
 }
 
 /// The streams a CBF file delivers, with the element type asked for.
-fn cbf_streams(file: &CbfFile, precision: Option<cntkio::ElementType>) -> Result<Vec<StreamSpec>, Error> {
+fn cbf_streams(file: &CbfFile, precision: Option<ElementType>) -> Result<Vec<StreamSpec>, Error> {
     let mut s = file.schema()?.streams().to_vec();
     if let Some(t) = precision {
         for x in &mut s {
@@ -40,20 +80,21 @@ fn cbf_streams(file: &CbfFile, precision: Option<cntkio::ElementType>) -> Result
     Ok(s)
 }
 
-fn read_cbf_chunk(file: &CbfFile, k: usize, precision: Option<cntkio::ElementType>) -> Result<ChunkData, Error> {
+fn read_cbf_chunk(file: &CbfFile, k: usize, precision: Option<ElementType>) -> Result<ChunkData, Error> {
     match precision {
         Some(t) => file.read_chunk_as(k, t),
         None => file.read_chunk(k),
     }
 }
 
-fn stream_info<'py>(py: Python<'py>, s: &StreamSpec) -> PyResult<Bound<'py, PyTuple>> {
+/// `(name, alias, dim, is_sparse, dtype, defines_mb_size)` of a stream.
+pub fn stream_info<'py>(py: Python<'py>, s: &StreamSpec) -> PyResult<Bound<'py, PyTuple>> {
     (
         s.name.clone(),
         s.alias.clone(),
         s.dim,
         s.is_sparse(),
-        if s.element_type == cntkio::ElementType::F64 { "float64" } else { "float32" },
+        if s.element_type == ElementType::F64 { "float64" } else { "float32" },
         s.defines_mb_size,
     )
         .into_pyobject(py)
@@ -65,18 +106,23 @@ impl Reader {
     #[new]
     fn new(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult<Reader> {
         let spec = from_dict(config)?;
-        py.detach(|| -> Result<Reader, Error> {
-            Ok(match spec {
-                Spec::Ctf { path, schema, options, access } => {
-                    let threads = threads(None);
-                    let r = CtfReader::open_with(&path, &schema, &options, access, threads)
-                        .map_err(|e| at_path(e, &path))?;
-                    Reader { streams: schema.streams().to_vec(), inner: Inner::Ctf(r) }
-                }
-                Spec::Cbf { path, options, precision } => {
-                    let file = CbfFile::open_with(&path, &options).map_err(|e| at_path(e, &path))?;
-                    Reader { streams: cbf_streams(&file, precision)?, inner: Inner::Cbf { file, precision } }
-                }
+        py.detach(|| {
+            crate::pool::run(|| -> Result<Reader, Error> {
+                Ok(match spec {
+                    Spec::Ctf { path, schema, options, access } => {
+                        let threads = threads(None);
+                        let r = CtfReader::open_with(&path, &schema, &options, access, threads)
+                            .map_err(|e| at_path(e, &path))?;
+                        Reader { streams: schema.streams().to_vec(), inner: Inner::Ctf(Arc::new(r)) }
+                    }
+                    Spec::Cbf { path, options, precision } => {
+                        let file = CbfFile::open_with(&path, &options).map_err(|e| at_path(e, &path))?;
+                        let streams = cbf_streams(&file, precision)?;
+                        let source = CbfSource::new(file).map_err(|e| at_path(e, &path))?;
+                        let c = CbfDeserializer { source, streams: streams.clone(), precision };
+                        Reader { streams, inner: Inner::Cbf(Arc::new(c)) }
+                    }
+                })
             })
         })
         .map_err(py_err)
@@ -86,7 +132,7 @@ impl Reader {
     fn num_chunks(&self) -> usize {
         match &self.inner {
             Inner::Ctf(r) => r.index().chunks.len(),
-            Inner::Cbf { file, .. } => file.chunk_count(),
+            Inner::Cbf(c) => c.source.file().chunk_count(),
         }
     }
 
@@ -94,9 +140,13 @@ impl Reader {
     fn chunk_sizes(&self) -> Vec<(u64, u64)> {
         match &self.inner {
             Inner::Ctf(r) => r.index().chunks.iter().map(|c| (c.sequences.len() as u64, c.num_samples)).collect(),
-            Inner::Cbf { file, .. } => {
-                file.chunks().iter().map(|c| (u64::from(c.num_sequences), u64::from(c.num_samples))).collect()
-            }
+            Inner::Cbf(c) => c
+                .source
+                .file()
+                .chunks()
+                .iter()
+                .map(|c| (u64::from(c.num_sequences), u64::from(c.num_samples)))
+                .collect(),
         }
     }
 
@@ -112,11 +162,15 @@ impl Reader {
             return Err(pyo3::exceptions::PyIndexError::new_err(format!("chunk {i} out of range ({n} chunks)")));
         }
         let data = py
-            .detach(|| -> Result<ChunkData, Error> {
-                match &self.inner {
-                    Inner::Ctf(r) => Ok(Arc::try_unwrap(r.load_chunk(i)?).unwrap_or_else(|a| (*a).clone())),
-                    Inner::Cbf { file, precision } => read_cbf_chunk(file, i, *precision),
-                }
+            .detach(|| {
+                crate::pool::run(|| -> Result<ChunkData, Error> {
+                    match &self.inner {
+                        Inner::Ctf(r) => {
+                            Ok(Arc::try_unwrap(CtfReader::load_chunk(r, i)?).unwrap_or_else(|a| (*a).clone()))
+                        }
+                        Inner::Cbf(c) => read_cbf_chunk(c.source.file(), i, c.precision),
+                    }
+                })
             })
             .map_err(py_err)?;
         chunk_to_py(py, data)

@@ -1,0 +1,284 @@
+//! CNTK's minibatch source for Python: a [`MinibatchSource`] over opened [`Reader`]s (one, several joined
+//! by key as CNTK's composite reader does, or several shards one after another), minibatches handed to
+//! NumPy without copying the values, checkpoints as JSON. The GIL is released while reading.
+
+use crate::arrays::chunk_to_py;
+use crate::errors::{py_err, usage};
+use crate::reader::{stream_info, Reader};
+use cntkio::randomize::{ChunkInfo, SequenceInfo, SequenceSource, Window};
+use cntkio::source::{
+    Batch, Composite, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength, SourceState,
+};
+use cntkio::{ChunkData, Error, Layout, StreamSpec, Values};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A deserializer with the chunk and sequence structure of another and no streams: the minibatch source
+/// over it walks exactly the same sequences, sweeps and workers' shares without reading any data (used to
+/// count minibatches and find positions).
+struct Skeleton {
+    inner: Arc<dyn Deserializer>,
+    empty: Arc<ChunkData>,
+}
+
+impl SequenceSource for Skeleton {
+    fn chunks(&self) -> &[ChunkInfo] {
+        self.inner.chunks()
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
+        self.inner.sequences(chunk, out)
+    }
+}
+
+impl Deserializer for Skeleton {
+    fn streams(&self) -> &[StreamSpec] {
+        &[]
+    }
+    fn load_chunk(&self, _chunk: u32) -> Result<Arc<ChunkData>, Error> {
+        Ok(self.empty.clone())
+    }
+}
+
+/// The minibatch source of one Python `MinibatchSource`.
+#[pyclass(module = "cntkio._native", frozen)]
+pub struct Source {
+    deserializer: Arc<dyn Deserializer>,
+    inner: Mutex<MinibatchSource>,
+    /// The array sizes of the last minibatch.
+    hint: Mutex<Sizes>,
+}
+
+/// Per stream: values, sequence offsets, sparse indices and sample offsets; and the sequences.
+#[derive(Debug, Default, Clone)]
+struct Sizes {
+    streams: Vec<[usize; 4]>,
+    sequences: usize,
+}
+
+fn lock_hint(m: &Mutex<Sizes>) -> MutexGuard<'_, Sizes> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn sizes(b: &Batch) -> Sizes {
+    Sizes {
+        streams: b
+            .data
+            .streams
+            .iter()
+            .map(|s| {
+                let (i, o) = match &s.layout {
+                    Layout::Sparse { indices, sample_offsets } => (indices.len(), sample_offsets.len()),
+                    Layout::Dense => (0, 0),
+                };
+                [s.values.len(), s.sequence_offsets.len(), i, o]
+            })
+            .collect(),
+        sequences: b.data.keys.len(),
+    }
+}
+
+fn reserve(b: &mut Batch, hint: &Sizes) {
+    b.data.keys.reserve(hint.sequences);
+    b.data.num_samples.reserve(hint.sequences);
+    for (s, h) in b.data.streams.iter_mut().zip(&hint.streams) {
+        match &mut s.values {
+            Values::F32(v) => v.reserve(h[0]),
+            Values::F64(v) => v.reserve(h[0]),
+        }
+        s.sequence_offsets.reserve(h[1]);
+        if let Layout::Sparse { indices, sample_offsets } = &mut s.layout {
+            indices.reserve(h[2]);
+            sample_offsets.reserve(h[3]);
+        }
+    }
+}
+
+fn lock(m: &Mutex<MinibatchSource>) -> MutexGuard<'_, MinibatchSource> {
+    // A panic while reading leaves the source at a minibatch boundary or mid-way; either way the next call
+    // reports errors of its own, so a poisoned lock is taken over.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Switches `src` to `workers`/`rank` at its current position (CNTK reconfigures in place when
+/// `num_data_partitions` or `partition_index` change between calls, READER.md §6).
+fn repartition(
+    deserializer: &Arc<dyn Deserializer>,
+    src: &mut MinibatchSource,
+    workers: u32,
+    rank: u32,
+) -> Result<(), Error> {
+    let c = src.config();
+    if c.workers == workers && c.rank == rank {
+        return Ok(());
+    }
+    if workers == 0 || rank >= workers {
+        return Err(Error::config(format!(
+            "partition_index {rank} is not below num_data_partitions {workers} (which must be > 0)"
+        )));
+    }
+    let state = src.state();
+    let mut next = MinibatchSource::new(deserializer.clone(), MinibatchConfig { workers, rank, ..c.clone() })?;
+    next.restore(&state)?;
+    *src = next;
+    Ok(())
+}
+
+#[pymethods]
+impl Source {
+    /// A source over `readers`: one, several joined by key (`join`, CNTK's composite reader) or several
+    /// shards with the same streams read one after another. `max_samples` / `max_sweeps` (at most one):
+    /// the run length, none = infinite. `window_samples > 0` selects a window in samples.
+    #[new]
+    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        readers: Vec<PyRef<'_, Reader>>,
+        join: bool,
+        randomize: bool,
+        window_chunks: u64,
+        window_samples: u64,
+        seed: u64,
+        max_samples: Option<u64>,
+        max_sweeps: Option<u64>,
+        frame_mode: bool,
+        cntk_restore_quirk: bool,
+    ) -> PyResult<Source> {
+        let parts: Vec<Arc<dyn Deserializer>> = readers.iter().map(|r| r.deserializer()).collect();
+        let run_length = match (max_samples, max_sweeps) {
+            (None, None) => RunLength::Infinite,
+            (Some(n), None) => RunLength::Samples(n),
+            (None, Some(k)) => RunLength::Sweeps(k),
+            (Some(_), Some(_)) => return Err(usage("max samples and max sweeps are mutually exclusive options")),
+        };
+        let window = if window_samples > 0 { Window::Samples(window_samples) } else { Window::Chunks(window_chunks) };
+        let config = MinibatchConfig {
+            randomize,
+            window,
+            seed,
+            run_length,
+            frame_mode,
+            workers: 1,
+            rank: 0,
+            cntk_restore_quirk,
+        };
+        py.detach(move || {
+            crate::pool::run(move || -> Result<Source, Error> {
+                let deserializer: Arc<dyn Deserializer> = match parts.len() {
+                    0 => return Err(Error::config("a minibatch source needs at least one deserializer")),
+                    1 => parts.into_iter().next().expect("one part"),
+                    _ if join => Arc::new(Composite::new(parts)?),
+                    _ => Arc::new(MultiSource::new(parts)?),
+                };
+                let src = MinibatchSource::new(deserializer.clone(), config)?;
+                Ok(Source { deserializer, inner: Mutex::new(src), hint: Mutex::new(Sizes::default()) })
+            })
+        })
+        .map_err(py_err)
+    }
+
+    /// `(name, alias, dim, is_sparse, dtype, defines_mb_size)` of each stream, in delivery order.
+    fn stream_infos<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        self.deserializer.streams().iter().map(|s| stream_info(py, s)).collect()
+    }
+
+    /// Sweep size in samples (Σ of the declared sequence lengths).
+    fn sweep_size(&self, py: Python<'_>) -> u64 {
+        py.detach(|| lock(&self.inner).sweep_size())
+    }
+
+    /// Number of sequences in one sweep.
+    fn num_sequences(&self, py: Python<'_>) -> u64 {
+        py.detach(|| lock(&self.inner).num_sequences())
+    }
+
+    /// Number of chunks of the (joined) data.
+    fn num_chunks(&self) -> usize {
+        self.deserializer.chunks().len()
+    }
+
+    /// The next minibatch of about `size` samples for partition `rank` of `workers`, as
+    /// `(keys, lengths, streams, end_of_sweep, end_of_run)` (see `arrays::chunk_to_py` for `keys`, `lengths`
+    /// and `streams`), or None when the run is over.
+    #[pyo3(signature = (size, workers = 1, rank = 0))]
+    fn next_minibatch<'py>(
+        &self,
+        py: Python<'py>,
+        size: u64,
+        workers: u32,
+        rank: u32,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let batch = py
+            .detach(|| {
+                crate::pool::run(|| -> Result<Option<Batch>, Error> {
+                    let mut src = lock(&self.inner);
+                    repartition(&self.deserializer, &mut src, workers, rank)?;
+                    // The arrays move to NumPy; the next batch is allocated at the size of the last one
+                    // (one allocation per array instead of a doubling series).
+                    let mut hint = lock_hint(&self.hint);
+                    let mut batch = Batch::new(self.deserializer.streams());
+                    reserve(&mut batch, &hint);
+                    let more = src.next_minibatch_into(size, &mut batch)?;
+                    *hint = sizes(&batch);
+                    Ok(more.then_some(batch))
+                })
+            })
+            .map_err(py_err)?;
+        let Some(batch) = batch else { return Ok(None) };
+        let (eos, eor) = (batch.end_of_sweep, batch.end_of_run);
+        let data = chunk_to_py(py, batch.data)?;
+        let (keys, lengths, streams) = (data.get_item(0)?, data.get_item(1)?, data.get_item(2)?);
+        Ok(Some((keys, lengths, streams, eos, eor).into_pyobject(py)?))
+    }
+
+    /// The checkpoint of the current position (`SourceState` JSON, version 1).
+    fn state(&self, py: Python<'_>) -> String {
+        py.detach(|| lock(&self.inner).state().to_json())
+    }
+
+    /// Continues from a checkpoint (`SourceState` JSON) taken with the same data and configuration.
+    fn restore(&self, py: Python<'_>, state: &str) -> PyResult<()> {
+        py.detach(|| {
+            crate::pool::run(|| -> Result<(), Error> {
+                let st = SourceState::from_json(state)?;
+                lock(&self.inner).restore(&st)
+            })
+        })
+        .map_err(py_err)
+    }
+
+    /// The checkpoints after each minibatch of a whole run of this source's configuration for partition
+    /// `rank` of `workers` and minibatch size `size`, found by walking the sequences without reading any
+    /// data (`SourceState` JSON; the number of minibatches of the run is the length of the list). At most
+    /// `limit` are returned (required for an infinite run).
+    #[pyo3(signature = (size, workers = 1, rank = 0, limit = None))]
+    fn plan(&self, py: Python<'_>, size: u64, workers: u32, rank: u32, limit: Option<usize>) -> PyResult<Vec<String>> {
+        py.detach(|| {
+            crate::pool::run(|| -> Result<Vec<String>, Error> {
+                let config = lock(&self.inner).config().clone();
+                if config.run_length == RunLength::Infinite && limit.is_none() {
+                    return Err(Error::config("cannot plan an infinite run without a limit"));
+                }
+                if workers == 0 || rank >= workers {
+                    return Err(Error::config(format!(
+                        "partition_index {rank} is not below num_data_partitions {workers} (which must be > 0)"
+                    )));
+                }
+                let skeleton: Arc<dyn Deserializer> = Arc::new(Skeleton {
+                    inner: self.deserializer.clone(),
+                    empty: Arc::new(ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() }),
+                });
+                let config = MinibatchConfig { workers, rank, frame_mode: false, ..config };
+                let mut src = MinibatchSource::new(skeleton, config)?;
+                let mut batch = Batch::new(&[]);
+                let mut out = Vec::new();
+                while out.len() < limit.unwrap_or(usize::MAX) && src.next_minibatch_into(size, &mut batch)? {
+                    out.push(src.state().to_json());
+                }
+                Ok(out)
+            })
+        })
+        .map_err(py_err)
+    }
+}

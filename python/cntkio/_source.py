@@ -1,0 +1,519 @@
+"""CNTK's ``MinibatchSource``: randomized minibatches, sweeps, workers and checkpoints (READER.md)."""
+
+from __future__ import annotations
+
+import json as _json
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as _np
+
+from cntkio import _native
+from cntkio import StreamData, StreamInformation, UsageError, _Deserializer, _Record
+
+INFINITELY_REPEAT: int = 2**64 - 1
+"""``max_samples`` / ``max_sweeps``: repeat the data forever (the default)."""
+FULL_DATA_SWEEP: int = 2**64 - 2
+"""``max_samples=FULL_DATA_SWEEP``: one sweep over the data."""
+DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS: int = 128
+"""CNTK 2.7's default randomization window (4 GiB of 32 MiB chunks)."""
+
+# CNTK's configuration names (BrainScript / the C++ MinibatchSourceConfig dictionary) → argument names.
+_CONFIG_NAMES = {
+    "maxSamples": "max_samples",
+    "maxSweeps": "max_sweeps",
+    "randomizationWindow": "randomization_window_in_chunks",
+    "randomizationWindowInChunks": "randomization_window_in_chunks",
+    "randomizationWindowInSamples": "randomization_window_in_samples",
+    "randomizationSeed": "randomization_seed",
+    "traceLevel": "trace_level",
+    "multiThreadedDeserialization": "multithreaded_deserializer",
+    "frameMode": "frame_mode",
+    "truncationLength": "truncation_length",
+    "maxErrors": "max_errors",
+}
+
+
+def _int(name: str, value: Any, minimum: int = 0) -> int:
+    if isinstance(value, (bool, _np.bool_)) or not isinstance(value, (int, _np.integer)):
+        raise UsageError(f"{name} must be an integer, found {value!r}")
+    if not minimum <= int(value) <= INFINITELY_REPEAT:
+        raise UsageError(f"{name} must be an integer ≥ {minimum}, found {value!r}")
+    return int(value)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, _np.bool_)):
+        raise UsageError(f"{name} must be True or False, found {value!r}")
+    return bool(value)
+
+
+class MinibatchData(StreamData):
+    """One stream of a minibatch, as ``cntk.io.MinibatchData``.
+
+    CNTK's accessors: ``num_sequences``, ``num_samples`` (this stream's samples, so a label stream with one
+    label per sequence has ``num_samples == num_sequences``), ``end_of_sweep``, ``is_sparse``, ``shape``
+    (``(sequences, longest sequence, dim)``), ``mask`` (2 = start of a sequence, 1 = sample, 0 = padding),
+    ``asarray()`` (dense: the padded ``(sequences, longest, dim)`` array; sparse: one CSR matrix per
+    sequence), ``as_sequences()`` and ``data`` (the object itself, for ``mb[s].data.asarray()``).
+
+    cntkio's: the packed samples ``values`` (``(samples, dim)``, dense; the NumPy array owns the memory the
+    reader filled, nothing was copied), ``offsets`` (sequence ``s`` is ``offsets[s]:offsets[s+1]``),
+    ``lengths``, ``keys`` (sequence keys), ``sequence_lengths`` (declared lengths, what the minibatch size
+    counts), ``csr()`` / ``raw()`` (sparse, samples as rows), ``padded()`` (array and boolean mask),
+    ``todense()``.
+    """
+
+    __slots__ = ("info", "keys", "sequence_lengths", "end_of_sweep")
+
+    def __init__(
+        self,
+        info: StreamInformation,
+        values: Any,
+        offsets: Any,
+        indices: Any,
+        indptr: Any,
+        keys: Any,
+        sequence_lengths: Any,
+        end_of_sweep: bool,
+    ) -> None:
+        StreamData.__init__(self, info.name, info.dim, info.is_sparse, values, offsets, indices, indptr)
+        self.info = info
+        self.keys = keys
+        self.sequence_lengths = sequence_lengths
+        self.end_of_sweep = end_of_sweep
+
+    @property
+    def max_length(self) -> int:
+        """The longest sequence of this stream in the minibatch."""
+        lengths = self.lengths
+        return int(lengths.max()) if len(lengths) else 0
+
+    @property
+    def shape(self) -> Tuple[int, int, int]:  # type: ignore[override]
+        """``(sequences, longest sequence, dim)``, as CNTK's."""
+        return (self.num_sequences, self.max_length, self.dim)
+
+    @property
+    def data(self) -> "MinibatchData":
+        """The object itself (CNTK's ``Value``: ``mb[s].data.asarray()``, ``mb[s].data.mask`` work)."""
+        return self
+
+    @property
+    def mask(self) -> Any:
+        """CNTK's mask, ``(sequences, longest)`` uint8: 2 at a sequence's first sample, 1 at its other
+        samples, 0 after its end."""
+        lengths = self.lengths
+        m = (_np.arange(self.max_length) < lengths[:, None]).astype(_np.uint8)
+        if m.shape[1]:
+            m[lengths > 0, 0] = 2
+        return m
+
+    def asarray(self) -> Any:
+        """Dense: ``(sequences, longest, dim)`` with zeros after each sequence's end (a view of
+        ``values`` when every sequence has the same length). Sparse: one CSR matrix per sequence (raw
+        ``(data, indices, indptr)`` parts without SciPy), as CNTK returns them."""
+        if self.is_sparse:
+            return self.as_sequences()
+        lengths = self.lengths
+        s = len(lengths)
+        if s and int(lengths[0]) * s == self.num_samples and bool((lengths == lengths[0]).all()):
+            return self.values.reshape(s, int(lengths[0]), self.dim)
+        return self.padded()[0]
+
+    def as_sequences(self, variable: Any = None) -> List[Any]:
+        """Each sequence's samples: dense ``(length, dim)`` views, sparse CSR matrices. ``variable`` is
+        accepted for CNTK compatibility and ignored."""
+        return StreamData.as_sequences(self)
+
+    def __len__(self) -> int:
+        return self.num_sequences
+
+    def __repr__(self) -> str:
+        kind = "sparse" if self.is_sparse else "dense"
+        return (
+            f"<MinibatchData {self.name!r} {kind} dim={self.dim} {self.dtype} sequences={self.num_sequences} "
+            f"samples={self.num_samples} end_of_sweep={self.end_of_sweep}>"
+        )
+
+
+class Minibatch(Mapping[StreamInformation, MinibatchData]):
+    """What :meth:`MinibatchSource.next_minibatch` returns: a mapping of :class:`StreamInformation` to
+    :class:`MinibatchData`, as CNTK's dict; items can also be looked up by stream name (``mb['features']``).
+    Empty (and false) when the run is over."""
+
+    __slots__ = ("_items", "_by_name", "sequence_keys", "sequence_lengths", "end_of_sweep", "end_of_run")
+
+    def __init__(
+        self,
+        items: Dict[StreamInformation, MinibatchData],
+        sequence_keys: Any = None,
+        sequence_lengths: Any = None,
+        end_of_sweep: bool = False,
+        end_of_run: bool = True,
+    ) -> None:
+        self._items = items
+        self._by_name = {info.name: data for info, data in items.items()}
+        self.sequence_keys = sequence_keys
+        """The sequences' keys (uint64): their ids in a CTF file, their indices in a CBF file."""
+        self.sequence_lengths = sequence_lengths
+        """The sequences' declared lengths (uint32): what the minibatch size counts."""
+        self.end_of_sweep = end_of_sweep
+        """The minibatch reached or crossed the end of a sweep."""
+        self.end_of_run = end_of_run
+        """The run (``max_samples`` / ``max_sweeps``) ended with this minibatch."""
+
+    @property
+    def num_sequences(self) -> int:
+        return 0 if self.sequence_keys is None else len(self.sequence_keys)
+
+    @property
+    def num_samples(self) -> int:
+        """Σ of the declared sequence lengths (what the requested size counted)."""
+        return 0 if self.sequence_lengths is None else int(self.sequence_lengths.sum(dtype=_np.uint64))
+
+    def __getitem__(self, key: Union[StreamInformation, str]) -> MinibatchData:
+        if isinstance(key, str):
+            return self._by_name[key]
+        return self._items[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_name if isinstance(key, str) else key in self._items
+
+    def __iter__(self) -> Iterator[StreamInformation]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def by_name(self) -> Dict[str, MinibatchData]:
+        """The streams by name."""
+        return dict(self._by_name)
+
+    def __repr__(self) -> str:
+        if not self._items:
+            return "<Minibatch (empty)>"
+        return (
+            f"<Minibatch sequences={self.num_sequences} samples={self.num_samples} "
+            f"streams=[{', '.join(self._by_name)}] end_of_sweep={self.end_of_sweep}>"
+        )
+
+
+def _resolve_aliases(args: Dict[str, Any], defaults: Dict[str, Any], config: Dict[str, Any]) -> None:
+    """Applies CNTK's configuration names given as keywords to ``args`` (in place)."""
+    config = dict(config)
+    sample_based = config.pop("sampleBasedRandomizationWindow", None)
+    truncated = config.pop("truncated", None)
+    for key, value in config.items():
+        name = _CONFIG_NAMES.get(key)
+        if name is None:
+            known = ", ".join(sorted(set(_CONFIG_NAMES) | {"sampleBasedRandomizationWindow", "truncated"}))
+            raise UsageError(f"unknown MinibatchSource argument {key!r}; CNTK configuration names accepted: {known}")
+        if sample_based is not None and key == "randomizationWindow" and _bool(
+            "sampleBasedRandomizationWindow", sample_based
+        ):
+            name = "randomization_window_in_samples"
+            if args["randomization_window_in_chunks"] == defaults["randomization_window_in_chunks"]:
+                args["randomization_window_in_chunks"] = 0
+        if args[name] != defaults[name]:
+            raise UsageError(f"{key!r} and {name!r} both given")
+        args[name] = value
+    if truncated is not None and _bool("truncated", truncated) and not args["truncation_length"]:
+        raise UsageError("'truncated' needs a 'truncationLength' > 0")
+
+
+class MinibatchSource:
+    """CNTK 2.7's minibatch source, as ``cntk.io.MinibatchSource``: the same minibatches (sequences, order,
+    ``end_of_sweep`` flags, split between workers) for the same data, seed and arguments.
+
+    Args:
+        deserializers: a :class:`CTFDeserializer` / :class:`CBFDeserializer` or a list of them. Several are
+            joined by sequence key, as CNTK's composite reader does (the first is the primary; its
+            sequences missing from another are dropped) — or, with ``concat=True`` (cntkio), read one after
+            another as shards of one data set with the same streams.
+        max_samples: stop at the first sequence boundary at or after this many samples (counted with
+            the declared lengths); ``FULL_DATA_SWEEP`` = one sweep. Exclusive with ``max_sweeps``.
+        max_sweeps: stop after this many sweeps.
+        randomization_window_in_chunks: the randomization window in chunks (default 128); 0 with
+            ``randomization_window_in_samples`` 0 turns randomization off.
+        randomization_window_in_samples: a window in samples instead (needs
+            ``randomization_window_in_chunks=0``: both non-zero is an error, as in CNTK).
+        randomization_seed: sweep *k* is shuffled with ``randomization_seed + k``.
+        trace_level, multithreaded_deserializer: accepted for compatibility; no effect (reading always uses
+            every core; log records go to :mod:`logging`).
+        frame_mode: every stream of every sequence must have at most one sample.
+        truncation_length: truncated BPTT — not supported yet (:class:`NotImplementedError` when > 0).
+        randomize: False turns randomization off whatever the windows.
+        max_errors: CNTK 2.7's reader-level budget, which never reached the CTF parser; accepted, no
+            effect (set ``maxErrors`` on the deserializer).
+        concat: (cntkio) read several deserializers one after another instead of joining them by key.
+        cntk_restore_quirk: (cntkio) restore checkpoints as CNTK 2.7 did, quirks included, instead of
+            continuing exactly as the uninterrupted run (see the README).
+
+    CNTK's configuration names are accepted as keywords too: ``randomizationWindow`` (with
+    ``sampleBasedRandomizationWindow``), ``randomizationSeed``, ``maxSamples``, ``maxSweeps``, ``frameMode``,
+    ``truncationLength`` / ``truncated``, ``traceLevel``, ``multiThreadedDeserialization``,
+    ``maxErrors``.
+    """
+
+    def __init__(
+        self,
+        deserializers: Union[_Deserializer, Sequence[_Deserializer]],
+        max_samples: int = INFINITELY_REPEAT,
+        max_sweeps: int = INFINITELY_REPEAT,
+        randomization_window_in_chunks: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
+        randomization_window_in_samples: int = 0,
+        randomization_seed: int = 0,
+        trace_level: Any = None,
+        multithreaded_deserializer: Optional[bool] = None,
+        frame_mode: bool = False,
+        truncation_length: int = 0,
+        randomize: bool = True,
+        max_errors: int = 0,
+        *,
+        concat: bool = False,
+        cntk_restore_quirk: bool = False,
+        **cntk_config: Any,
+    ) -> None:
+        args: Dict[str, Any] = dict(
+            max_samples=max_samples,
+            max_sweeps=max_sweeps,
+            randomization_window_in_chunks=randomization_window_in_chunks,
+            randomization_window_in_samples=randomization_window_in_samples,
+            randomization_seed=randomization_seed,
+            trace_level=trace_level,
+            multithreaded_deserializer=multithreaded_deserializer,
+            frame_mode=frame_mode,
+            truncation_length=truncation_length,
+            randomize=randomize,
+            max_errors=max_errors,
+        )
+        _resolve_aliases(args, _DEFAULTS, cntk_config)
+        if isinstance(deserializers, _Deserializer):
+            deserializers = [deserializers]
+        if not isinstance(deserializers, (list, tuple)) or not deserializers:
+            raise UsageError("deserializers must be a CTFDeserializer, a CBFDeserializer or a non-empty list of them")
+        for d in deserializers:
+            if not isinstance(d, _Deserializer):
+                raise UsageError(f"not a cntkio deserializer: {d!r} (use cntkio.CTFDeserializer / CBFDeserializer)")
+        self._deserializers: List[_Deserializer] = [d.copy() for d in deserializers]
+        self._args = args
+        self._concat = _bool("concat", concat)
+        self._quirk = _bool("cntk_restore_quirk", cntk_restore_quirk)
+
+        max_samples = _int("max_samples", args["max_samples"])
+        max_sweeps = _int("max_sweeps", args["max_sweeps"])
+        chunks = _int("randomization_window_in_chunks", args["randomization_window_in_chunks"])
+        samples = _int("randomization_window_in_samples", args["randomization_window_in_samples"])
+        seed = _int("randomization_seed", args["randomization_seed"])
+        frame = _bool("frame_mode", args["frame_mode"])
+        truncation = _int("truncation_length", args["truncation_length"])
+        rand = _bool("randomize", args["randomize"])
+        _int("max_errors", args["max_errors"])
+        if args["multithreaded_deserializer"] is not None:
+            _bool("multithreaded_deserializer", args["multithreaded_deserializer"])
+        if max_samples != INFINITELY_REPEAT and max_sweeps != INFINITELY_REPEAT:
+            raise UsageError("max samples and max sweeps are mutually exclusive options; set only one of them")
+        if not rand:
+            chunks = samples = 0
+        if chunks and samples:
+            raise UsageError(
+                "randomization window in chunks and randomization window in samples are mutually exclusive "
+                "options; set randomization_window_in_chunks=0 to use a window in samples"
+            )
+        if frame and truncation:
+            raise UsageError("frame mode and truncation are mutually exclusive (frame_mode=True, truncation_length > 0)")
+        if truncation:
+            raise NotImplementedError(
+                "truncation_length (truncated BPTT) is not supported by cntkio yet; use truncation_length=0"
+            )
+        run_samples: Optional[int] = None
+        run_sweeps: Optional[int] = None
+        if max_samples == FULL_DATA_SWEEP:
+            run_sweeps = 1
+        elif max_samples != INFINITELY_REPEAT:
+            run_samples = max_samples
+        elif max_sweeps != INFINITELY_REPEAT:
+            run_sweeps = max_sweeps
+        self.randomized: bool = bool(chunks or samples)
+        """Whether sequences are randomized (randomize=True with a non-zero window)."""
+        # The caller's deserializers keep their opened files (a CTF index is built once per object).
+        readers = [d.open() for d in deserializers]
+        self._src = _native.Source(
+            readers,
+            join=not self._concat,
+            randomize=self.randomized,
+            window_chunks=chunks,
+            window_samples=samples,
+            seed=seed,
+            max_samples=run_samples,
+            max_sweeps=run_sweeps,
+            frame_mode=frame,
+            cntk_restore_quirk=self._quirk,
+        )
+        self._infos = [StreamInformation(n, a, d, sp, _np.dtype(t), m) for n, a, d, sp, t, m in self._src.stream_infos()]
+        self._streams: Optional[_Record] = None
+
+    # ---- streams ----------------------------------------------------------------------------------------
+    def stream_infos(self) -> List[StreamInformation]:
+        """The streams this source delivers, in order."""
+        return list(self._infos)
+
+    @property
+    def streams(self) -> _Record:
+        """The streams by name (a dict whose keys are also attributes: ``src.streams.features``)."""
+        if self._streams is None:
+            self._streams = _Record({i.name: i for i in self._infos})
+        return self._streams
+
+    def stream_info(self, name: str) -> StreamInformation:
+        """The stream named ``name`` (or, failing that, whose alias is ``name``)."""
+        found = [i for i in self._infos if i.name == name] or [i for i in self._infos if i.alias == name]
+        if len(found) != 1:
+            names = ", ".join(i.name for i in self._infos)
+            what = "no" if not found else "more than one"
+            raise KeyError(f"{what} stream named {name!r} (streams: {names})")
+        return found[0]
+
+    def __getitem__(self, name: str) -> StreamInformation:
+        return self.stream_info(name)
+
+    @property
+    def sweep_size(self) -> int:
+        """Samples in one sweep (Σ of the declared sequence lengths)."""
+        return int(self._src.sweep_size())
+
+    @property
+    def num_sequences(self) -> int:
+        """Sequences in one sweep."""
+        return int(self._src.num_sequences())
+
+    @property
+    def num_chunks(self) -> int:
+        """Chunks of the data (after joining)."""
+        return int(self._src.num_chunks())
+
+    @property
+    def deserializers(self) -> List[_Deserializer]:
+        """Copies of the deserializers the source reads."""
+        return [d.copy() for d in self._deserializers]
+
+    # ---- reading ----------------------------------------------------------------------------------------
+    def next_minibatch(
+        self,
+        minibatch_size_in_samples: int,
+        input_map: Optional[Mapping[Any, Union[StreamInformation, str]]] = None,
+        device: Any = None,
+        num_data_partitions: Optional[int] = None,
+        partition_index: Optional[int] = None,
+    ) -> Union[Minibatch, Dict[Any, MinibatchData]]:
+        """The next minibatch of about ``minibatch_size_in_samples`` samples (counted with the declared
+        lengths; a sequence is never split, the first one is always taken), as a :class:`Minibatch` —
+        or, with ``input_map`` (``{key: stream info or name}``), a dict ``{key: MinibatchData}``. Empty
+        when the run is over.
+
+        ``num_data_partitions`` / ``partition_index``: this worker's share of the data (CNTK's distributed
+        reading: with randomization whole chunks are dealt to workers, without it sequences round robin);
+        each worker gets about ``minibatch_size_in_samples / num_data_partitions`` samples. They may change
+        between calls (the source continues from its position). ``device`` is ignored (NumPy arrays).
+
+        The GIL is released while the minibatch is read.
+        """
+        size = _int("minibatch_size_in_samples", minibatch_size_in_samples)
+        workers = 1 if num_data_partitions is None else _int("num_data_partitions", num_data_partitions, 1)
+        rank = 0 if partition_index is None else _int("partition_index", partition_index)
+        if rank >= workers:
+            raise UsageError(f"partition_index {rank} must be below num_data_partitions {workers}")
+        raw = self._src.next_minibatch(size, workers, rank)
+        if raw is None:
+            mb = Minibatch({})
+        else:
+            keys, lengths, streams, eos, eor = raw
+            items = {
+                info: MinibatchData(info, values, offsets, indices, indptr, keys, lengths, eos)
+                for info, (values, offsets, indices, indptr) in zip(self._infos, streams)
+            }
+            mb = Minibatch(items, keys, lengths, eos, eor)
+        if input_map is None:
+            return mb
+        if not mb:
+            return {}
+        return {k: mb[v] for k, v in input_map.items()}
+
+    def __iter__(self) -> Iterator[Minibatch]:
+        raise TypeError("iterate with next_minibatch(size), or use cntkio.torch.IterableDataset")
+
+    # ---- checkpoints ------------------------------------------------------------------------------------
+    def get_checkpoint_state(self) -> Dict[str, Any]:
+        """The position, as a JSON-compatible dict: CNTK's ``minibatchSourcePosition`` (the global sample
+        position of the next sequence) with cntkio's ``version``, ``position``, ``minibatches`` and
+        ``sweep_size`` (checked on restore). Meaningful only with the same data and arguments, as in CNTK."""
+        state: Dict[str, Any] = _json.loads(self._src.state())
+        state["minibatchSourcePosition"] = state["position"]
+        return state
+
+    def restore_from_checkpoint(self, checkpoint: Union[Mapping[str, Any], str]) -> None:
+        """Continues from a state of :meth:`get_checkpoint_state` (a dict or its JSON) — exactly as the
+        uninterrupted run unless ``cntk_restore_quirk`` — or from CNTK's ``{'minibatchSourcePosition': P}``."""
+        if isinstance(checkpoint, (str, bytes)):
+            try:
+                checkpoint = _json.loads(checkpoint)
+            except ValueError as e:
+                raise UsageError(f"not a minibatch source state: {e}") from None
+        if not isinstance(checkpoint, Mapping):
+            raise UsageError(f"a checkpoint is a dict of get_checkpoint_state(), found {checkpoint!r}")
+        state = dict(checkpoint)
+        cntk_position = state.pop("minibatchSourcePosition", None)
+        if "version" not in state and cntk_position is not None:
+            state = {
+                "version": 1,
+                "position": _int("minibatchSourcePosition", cntk_position),
+                "minibatches": 0,
+                "sweep_size": self.sweep_size,
+            }
+        self._src.restore(_json.dumps(state))
+
+    @property
+    def current_position(self) -> Dict[str, Any]:
+        """:meth:`get_checkpoint_state`; assigning restores (CNTK's property)."""
+        return self.get_checkpoint_state()
+
+    @current_position.setter
+    def current_position(self, position: Mapping[str, Any]) -> None:
+        self.restore_from_checkpoint(position)
+
+    def _plan(self, size: int, workers: int = 1, rank: int = 0, limit: Optional[int] = None) -> List[str]:
+        """Checkpoints (JSON) after each minibatch of the whole run for one partition, found from the index
+        without reading data."""
+        return list(self._src.plan(size, workers, rank, limit))
+
+    # ---- pickling ---------------------------------------------------------------------------------------
+    def __reduce__(self) -> Any:
+        args = dict(self._args)
+        return (_rebuild_source, (self._deserializers, args, self._concat, self._quirk, self._src.state()))
+
+    def __repr__(self) -> str:
+        files = ", ".join(d.path for d in self._deserializers)
+        return f"<MinibatchSource [{files}] streams=[{', '.join(i.name for i in self._infos)}]>"
+
+
+_DEFAULTS: Dict[str, Any] = dict(
+    max_samples=INFINITELY_REPEAT,
+    max_sweeps=INFINITELY_REPEAT,
+    randomization_window_in_chunks=DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
+    randomization_window_in_samples=0,
+    randomization_seed=0,
+    trace_level=None,
+    multithreaded_deserializer=None,
+    frame_mode=False,
+    truncation_length=0,
+    randomize=True,
+    max_errors=0,
+)
+
+
+def _rebuild_source(
+    deserializers: List[_Deserializer], args: Dict[str, Any], concat: bool, quirk: bool, state: str
+) -> MinibatchSource:
+    s = MinibatchSource(deserializers, **args, concat=concat, cntk_restore_quirk=quirk)
+    s._src.restore(state)
+    return s

@@ -1,0 +1,341 @@
+"""cntkio.torch: splitting between workers and ranks, epochs, resuming, pickling — first without PyTorch
+(MinibatchIterable, simulated workers), then with DataLoader (skipped when PyTorch is not installed)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import numpy as np
+import pytest
+
+import cntkio
+import cntkio.torch as ct
+from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs, UsageError
+
+REPO = Path(__file__).resolve().parents[2]
+NO_TORCH = (
+    "PyTorch is not installed (pip install torch, or cntkio[torch]; scripts/test-python.sh installs it unless "
+    "CNTKIO_NO_TORCH=1)"
+)
+
+
+def data(tmp_path: Path, n: int = 50, chunk: int = 60) -> CTFDeserializer:
+    """`n` sequences `i |a i i |b (i mod 3):1`, 1 to 3 rows each, small chunks (several per partition)."""
+    rows = []
+    for i in range(n):
+        for r in range(1 + i % 3):
+            rows.append(f"{i} |a {i} {r}" + (f" |b {i % 3}:1" if r == 0 else "") + "\n")
+    p = tmp_path / "seq.ctf"
+    p.write_text("".join(rows))
+    return CTFDeserializer(
+        p,
+        StreamDefs(a=StreamDef(field="a", shape=2), b=StreamDef(field="b", shape=3, is_sparse=True)),
+        chunkSizeInBytes=chunk,
+    )
+
+
+def keys(mbs) -> List[List[int]]:
+    return [[int(k) for k in mb.sequence_keys] for mb in mbs]
+
+
+def simulate_loader(make, workers: int) -> Iterator[Tuple[int, List[int]]]:
+    """What a DataLoader with `workers` processes yields, without PyTorch: each worker's iterator made by
+    `make()` with get_worker_info() faked, then taken in turn, exhausted workers skipped."""
+    its = []
+    for w in range(workers):
+        ct_worker = ct._worker
+        ct._worker = lambda w=w: (w, workers)
+        try:
+            it = make()
+            its.append(list(keys(it.minibatches())))
+        finally:
+            ct._worker = ct_worker
+    pos = [0] * workers
+    w = 0
+    while any(pos[v] < len(its[v]) for v in range(workers)):
+        if pos[w] < len(its[w]):
+            yield w, its[w][pos[w]]
+            pos[w] += 1
+        w = (w + 1) % workers
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Without PyTorch
+
+
+def test_module_imports_without_torch():
+    code = "import sys, cntkio.torch; assert 'torch' not in sys.modules; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
+    blocked = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import cntkio.torch\n"
+        "try:\n    cntkio.torch.IterableDataset\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, check=True)
+    assert "needs PyTorch" in out.stdout and "MinibatchIterable" in out.stdout
+
+
+def test_epochs_are_cntk_sweeps(tmp_path):
+    d = data(tmp_path)
+    it = ct.MinibatchIterable(d, batch_size=7, seed=3)
+    cntk = MinibatchSource(d, randomization_seed=3, max_sweeps=3)
+    sweeps: List[List[int]] = [[], [], []]
+    k = 0
+    while True:
+        mb = cntk.next_minibatch(cntk.sweep_size)
+        if not mb:
+            break
+        sweeps[k] += [int(x) for x in mb.sequence_keys]
+        k += 1
+    for e in range(3):
+        it.set_epoch(e)
+        assert [x for mb in keys(it) for x in mb] == sweeps[e]
+    assert sweeps[0] != sweeps[1] and sorted(sweeps[0]) == sorted(sweeps[1]) == list(range(50))
+    it.set_epoch(0)
+    assert [x for mb in keys(it) for x in mb] == sweeps[0]  # the same seed, the same order
+    unshuffled = ct.MinibatchIterable(d, batch_size=7, shuffle=False)
+    assert [x for mb in keys(unshuffled) for x in mb] == list(range(50))
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_ranks_and_workers_split_without_overlap(tmp_path, shuffle):
+    d = data(tmp_path)
+    for world in (1, 2, 3):
+        for workers in (1, 2):
+            seen: List[int] = []
+            for rank in range(world):
+                make = lambda rank=rank: ct.MinibatchIterable(  # noqa: E731
+                    d, batch_size=5, shuffle=shuffle, seed=1, rank=rank, world_size=world)
+                seen += [k for _, mb in simulate_loader(make, workers) for k in mb]
+            assert sorted(seen) == list(range(50)), (world, workers)
+
+
+def test_batch_size_counts_samples(tmp_path):
+    it = ct.MinibatchIterable(data(tmp_path), batch_size=6, shuffle=False)
+    for mb in it:
+        assert mb.num_samples <= 6 or mb.num_sequences == 1
+    assert sum(mb.num_samples for mb in it) == sum(1 + i % 3 for i in range(50))
+
+
+def test_rank_from_environment(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert ct.distributed_rank_and_size() == (1, 4)
+    assert ct.distributed_rank_and_size(rank=2) == (2, 4)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    assert ct.distributed_rank_and_size() == (0, 1)
+    with pytest.raises(UsageError):
+        ct.distributed_rank_and_size(rank=3, world_size=2)
+
+
+def test_consumed_shares():
+    assert ct._consumed_shares(5, [3, 3]) == ([3, 2], 1)
+    assert ct._consumed_shares(5, [1, 4]) == ([1, 4], 0)
+    assert ct._consumed_shares(4, [1, 2, 3]) == ([1, 2, 1], 2)
+    assert ct._consumed_shares(5, [1, 2, 3]) == ([1, 2, 2], 0)
+    assert ct._consumed_shares(2, [3, 3, 3]) == ([1, 1, 0], 2)
+    assert ct._consumed_shares(0, [2, 2]) == ([0, 0], 0)
+
+
+def test_resume_in_process(tmp_path):
+    d = data(tmp_path)
+    it = ct.MinibatchIterable(d, batch_size=4, seed=2)
+    it.set_epoch(1)
+    full = keys(it)
+    for n in (0, 1, 5, len(full)):
+        first = ct.MinibatchIterable(d, batch_size=4, seed=2)
+        first.set_epoch(1)
+        gen = first.minibatches()
+        taken = [next(gen) for _ in range(n)]
+        assert keys(taken) == full[:n]
+        state = first.state_dict()
+        assert state["batches"] == n and state["epoch"] == 1
+        again = ct.MinibatchIterable(d, batch_size=4, seed=2)
+        again.load_state_dict(state)
+        assert keys(again) == full[n:]
+        assert keys(again) == full  # the skip applies to one iteration
+    with pytest.raises(UsageError, match="seed"):
+        ct.MinibatchIterable(d, batch_size=4, seed=3).load_state_dict(state)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_resume_with_workers_replays_the_round_robin(tmp_path, shuffle):
+    d = data(tmp_path, chunk=200)  # few chunks: with shuffle the workers' batch counts differ
+    workers = 3
+
+    def make(state=None):
+        def f():
+            it = ct.MinibatchIterable(d, batch_size=4, shuffle=shuffle, seed=5)
+            it.set_epoch(2)
+            if state is not None:
+                it.load_state_dict(state)
+            return it
+        return f
+
+    full = [mb for _, mb in simulate_loader(make(), workers)]
+    counts = [sum(1 for w, _ in simulate_loader(make(), workers) if w == v) for v in range(workers)]
+    assert len(set(counts)) > 1 or not shuffle  # some worker runs out first
+    for n in range(len(full) + 1):
+        state = {**make()().state_dict(batches=n), "num_workers": workers}
+        rest = [mb for _, mb in simulate_loader(make(state), workers)]
+        assert rest == full[n:], n
+
+
+def test_pickle_by_path_and_options(tmp_path):
+    d = data(tmp_path)
+    it = ct.MinibatchIterable(d, batch_size=4, seed=2, rank=1, world_size=2)
+    it.set_epoch(3)
+    blob = pickle.dumps(it)
+    assert b"seq.ctf" in blob and len(blob) < 2000
+    copy = pickle.loads(blob)
+    assert (copy.epoch, copy.rank, copy.world_size, copy.seed) == (3, 1, 2, 2)
+    assert keys(copy) == keys(it)
+
+
+def test_paths_and_options(tmp_path):
+    d = data(tmp_path)
+    cntkio.convert(d, tmp_path / "seq.cbf", chunk_size=200)
+    streams = StreamDefs(a=StreamDef(field="a", shape=2), b=StreamDef(field="b", shape=3, is_sparse=True))
+    by_path = ct.MinibatchIterable(paths=d.path, streams=streams, chunkSizeInBytes=60, batch_size=5, seed=1)
+    assert keys(by_path) == keys(ct.MinibatchIterable(d, batch_size=5, seed=1))
+    shards = ct.MinibatchIterable(paths=[tmp_path / "seq.cbf", d.path], streams=streams, batch_size=5, shuffle=False)
+    flat = [k for mb in keys(shards) for k in mb]
+    assert flat == list(range(50)) * 2
+    with pytest.raises(UsageError, match="streams"):
+        ct.MinibatchIterable(paths=d.path)
+    with pytest.raises(UsageError):
+        ct.MinibatchIterable(d, paths=d.path)
+    with pytest.raises(UsageError):
+        ct.MinibatchIterable(d, batch_size=0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# With PyTorch
+
+# PyTorch itself warns, once per process, when it rebuilds a sparse CSR tensor a worker process sent.
+SPARSE_REBUILD = pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled:UserWarning")
+
+
+@pytest.fixture(scope="module")
+def torch():
+    try:
+        import torch
+    except ImportError:
+        pytest.skip(NO_TORCH)
+    return torch
+
+
+def loader_keys(torch, ds, **kw) -> List[List[int]]:
+    from torch.utils.data import DataLoader
+
+    return [b["keys"].tolist() for b in DataLoader(ds, batch_size=None, **kw)]
+
+
+@SPARSE_REBUILD
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader(torch, tmp_path, workers):
+    d = data(tmp_path)
+    ds = ct.IterableDataset(d, batch_size=6, seed=1, with_keys=True)
+    assert isinstance(ds, torch.utils.data.IterableDataset)
+    from torch.utils.data import DataLoader
+
+    batches = list(DataLoader(ds, batch_size=None, num_workers=workers))
+    got = [k for b in batches for k in b["keys"].tolist()]
+    assert sorted(got) == list(range(50))
+    b = batches[0]
+    assert b["a"].dtype == torch.float32 and b["a"].shape == (int(b["a_lengths"].sum()), 2)
+    assert b["a_lengths"].dtype == torch.int64 and b["keys"].dtype == torch.int64
+    assert b["b"].layout == torch.sparse_csr and b["b"].shape == (int(b["b_lengths"].sum()), 3)
+    if workers == 0:
+        ref = [x for mb in keys(ct.MinibatchIterable(d, batch_size=6, seed=1)) for x in mb]
+        assert got == ref
+
+
+@SPARSE_REBUILD
+def test_dataloader_spawn(torch, tmp_path):
+    d = data(tmp_path)
+    ds = ct.IterableDataset(d, batch_size=6, seed=4, with_keys=True)
+    ds.set_epoch(2)
+    spawned = loader_keys(torch, ds, num_workers=2, multiprocessing_context="spawn")
+    forked = loader_keys(torch, ds, num_workers=2)
+    assert spawned == forked and sorted(k for b in spawned for k in b) == list(range(50))
+
+
+@SPARSE_REBUILD
+def test_two_ranks(torch, tmp_path):
+    d = data(tmp_path)
+    per_rank = []
+    for rank in (0, 1):
+        ds = ct.IterableDataset(d, batch_size=4, seed=7, rank=rank, world_size=2, with_keys=True)
+        per_rank.append({k for b in loader_keys(torch, ds, num_workers=2) for k in b})
+    assert not per_rank[0] & per_rank[1] and per_rank[0] | per_rank[1] == set(range(50))
+
+
+@SPARSE_REBUILD
+def test_resume_dataloader(torch, tmp_path):
+    d = data(tmp_path, chunk=120)
+    from torch.utils.data import DataLoader
+
+    def make() -> object:
+        ds = ct.IterableDataset(d, batch_size=4, seed=8, with_keys=True)
+        ds.set_epoch(1)
+        return ds
+
+    full = loader_keys(torch, make(), num_workers=2)
+    for n in (1, 5, len(full) - 1):
+        ds = make()
+        it = iter(DataLoader(ds, batch_size=None, num_workers=2))
+        taken = [next(it)["keys"].tolist() for _ in range(n)]
+        del it
+        assert taken == full[:n]
+        state = ds.state_dict(batches=n)
+        resumed = make()
+        resumed.load_state_dict(state, num_workers=2)
+        assert loader_keys(torch, resumed, num_workers=2) == full[n:]
+    with pytest.raises(UsageError, match="worker"):
+        resumed = make()
+        resumed.load_state_dict(state, num_workers=3)
+        loader_keys(torch, resumed, num_workers=0)
+
+
+def test_layouts(torch, tmp_path):
+    d = data(tmp_path)
+    ds = ct.IterableDataset(d, batch_size=9, shuffle=False, layout="padded", with_keys=True)
+    b = next(iter(ds))
+    lengths = b["a_lengths"]
+    assert b["a"].shape == (len(lengths), int(lengths.max()), 2) and b["a_mask"].dtype == torch.bool
+    assert (b["a_mask"].sum(1) == lengths).all()
+    assert b["b"].shape == (len(lengths), 1, 3) and b["b"].layout == torch.strided
+    mb = next(iter(ct.MinibatchIterable(d, batch_size=9, shuffle=False)))
+    assert np.array_equal(b["a"][b["a_mask"]].numpy(), mb["a"].values)
+    flat = next(iter(ct.IterableDataset(d, batch_size=9, shuffle=False, sparse="dense")))
+    assert flat["b"].layout == torch.strided and np.array_equal(flat["b"].numpy(), mb["b"].todense())
+    with pytest.raises(UsageError):
+        ct.IterableDataset(d, layout="ragged")
+
+
+def test_pickle_dataset(torch, tmp_path):
+    d = data(tmp_path)
+    ds = ct.IterableDataset(d, batch_size=4, seed=2, layout="padded", with_keys=True)
+    ds.set_epoch(5)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert type(copy) is type(ds) and copy.layout == "padded" and copy.epoch == 5
+    assert [b["keys"].tolist() for b in copy] == [b["keys"].tolist() for b in ds]
+
+
+def test_example_trains(torch):
+    env = {**os.environ, "PYTHONWARNINGS": "error"}
+    out = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "train_logreg.py"), "--epochs", "8", "--workers", "2"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    accuracy = float(out.stdout.strip().splitlines()[-1].split()[-1])
+    assert accuracy > 0.85, out.stdout
