@@ -162,6 +162,7 @@ impl Source {
             workers: 1,
             rank: 0,
             cntk_restore_quirk,
+            ..MinibatchConfig::default()
         };
         py.detach(move || {
             crate::pool::run(move || -> Result<Source, Error> {
