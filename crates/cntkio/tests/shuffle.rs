@@ -4,7 +4,7 @@
 
 use cntkio::randomize::{
     BlockRandomizer, ChunkInfo, ChunkRandomizer, EpochConfig, Minibatch, Mt19937_64, NoRandomizer, Pick,
-    SequenceEnumerator, SequenceInfo, SequenceSource, Window, REQUEST_DATA_SIZE,
+    SequenceEnumerator, SequenceInfo, SequenceSource, Window, INFINITELY_REPEAT, REQUEST_DATA_SIZE,
 };
 use cntkio::{Error, ErrorKind};
 use proptest::prelude::*;
@@ -481,8 +481,13 @@ fn window() -> impl Strategy<Value = Window> {
     prop_oneof![(0u64..=12).prop_map(Window::Chunks), (0u64..=400).prop_map(Window::Samples)]
 }
 
+/// `PROPTEST_CASES` if set, else `default`.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(64), ..ProptestConfig::default() })]
 
     /// Every sweep delivers every sequence exactly once, and the windows bound how far a sequence moves.
     #[test]
@@ -579,44 +584,245 @@ proptest! {
         prop_assert_eq!(a.get_state(), saved);
         prop_assert_eq!(drain(&mut *a, mb), drain(&mut *b, mb));
     }
+}
 
-    /// Odd inputs never panic: empty chunks, zero-length sequences, chunk tables whose sample counts
-    /// disagree with the sequences, any request and any position.
+// ---------------------------------------------------------------------------------------------------
+// Odd inputs: empty chunks, zero-length sequences, chunk tables whose sample counts disagree with the
+// sequences (CBF files can have all of these; CNTK checks none of them). No call may hang or panic, and a
+// finite epoch must end.
+
+/// Chunk table fudges, by code: 4 → one sample too few, 5 → three too many, 6 → 2^40 too many.
+fn odd_source(lens: Vec<Vec<u32>>, fudge: &[u64]) -> Synthetic {
+    let mut src = Synthetic::new(lens, 0, 1);
+    for (c, f) in src.infos.iter_mut().zip(fudge) {
+        match f {
+            4 => c.num_samples = c.num_samples.saturating_sub(1),
+            5 => c.num_samples += 3,
+            6 => c.num_samples += 1 << 40,
+            _ => {}
+        }
+    }
+    src
+}
+
+fn odd_enumerator(
+    src: &Synthetic,
+    window: Window,
+    seed: u64,
+    randomize: bool,
+) -> Result<Box<dyn SequenceEnumerator + '_>, Error> {
+    if randomize {
+        BlockRandomizer::new(src, window, seed).map(|e| Box::new(e.with_cntk_seek_quirk(seed % 2 == 0)) as _)
+    } else {
+        NoRandomizer::new(src).map(|e| Box::new(e) as _)
+    }
+}
+
+/// `Ok(Some(v))` for `Ok(v)`; `Ok(None)` for the one error odd data may cause: a configuration error
+/// because no sequence has samples (while the chunk table declares some).
+fn unless_no_samples<T>(src: &Synthetic, r: Result<T, Error>) -> Result<Option<T>, TestCaseError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) => {
+            prop_assert!(matches!(e.kind(), ErrorKind::Config(_)), "unexpected error: {}", e);
+            prop_assert!(e.to_string().contains("no samples"), "unexpected error: {}", e);
+            prop_assert!(src.lens.iter().flatten().all(|&l| l == 0), "{} although some sequence has samples", e);
+            Ok(None)
+        }
+    }
+}
+
+/// Runs the calls of `odd_inputs_do_not_panic`; false if one of them failed (no samples).
+fn odd_calls(
+    e: &mut dyn SequenceEnumerator,
+    src: &Synthetic,
+    workers: u32,
+    calls: Vec<(u8, u64, u64, u64)>,
+) -> Result<bool, TestCaseError> {
+    for (i, (kind, big, small, small2)) in calls.into_iter().enumerate() {
+        let rank = (i as u32) % workers;
+        let r = match kind {
+            0 => {
+                let cfg = EpochConfig {
+                    epoch_size: small * 3 + 1,
+                    epoch_index: small2,
+                    workers,
+                    rank,
+                    sweeps: None,
+                    cross_sweeps: big % 2 == 0,
+                };
+                e.start_epoch(&cfg)
+            }
+            1 => {
+                let g = if big % 3 == 0 { u64::MAX } else { small };
+                e.get_next(g, small2).map(drop)
+            }
+            _ => e.set_state(big % 1000),
+        };
+        if unless_no_samples(src, r)?.is_none() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn odd_lens() -> impl Strategy<Value = Vec<Vec<u32>>> {
+    prop::collection::vec(prop::collection::vec(0u32..=3, 0..=4), 1..=6)
+}
+
+fn odd_fudge() -> impl Strategy<Value = Vec<u64>> {
+    prop::collection::vec(0u64..=6, 6)
+}
+
+fn odd_calls_strategy() -> impl Strategy<Value = Vec<(u8, u64, u64, u64)>> {
+    prop::collection::vec((0u8..3, any::<u64>(), 0u64..20, 0u64..20), 1..40)
+}
+
+proptest! {
+    // A hang fails the case after 2 s (the cases run in a forked process for that) instead of blocking
+    // the run; a case normally takes well under a millisecond. Every shrinking step that hangs costs the
+    // timeout again, and the child process it kills restarts `max_shrink_time`'s clock, so shrinking is
+    // bounded by steps: a hang is reported within a few minutes.
+    #![proptest_config(ProptestConfig {
+        cases: cases(256), timeout: 2_000, max_shrink_iters: 64, ..ProptestConfig::default()
+    })]
+
+    /// Odd inputs never panic or hang: any request and any position, on empty chunks, zero-length
+    /// sequences and chunk tables whose sample counts disagree with the sequences. The only error is
+    /// "no samples", for data whose sequences all have length 0.
     #[test]
     fn odd_inputs_do_not_panic(
-        lens in prop::collection::vec(prop::collection::vec(0u32..=3, 0..=4), 1..=6),
-        fudge in prop::collection::vec(0u64..=5, 6),
-        window in window(), seed in any::<u64>(), workers in 1u32..=5, randomize in any::<bool>(),
-        calls in prop::collection::vec((0u8..3, any::<u64>(), 0u64..20, 0u64..20), 1..40),
+        lens in odd_lens(), fudge in odd_fudge(), window in window(), seed in any::<u64>(), workers in 1u32..=5,
+        randomize in any::<bool>(), calls in odd_calls_strategy(),
     ) {
-        let mut src = Synthetic::new(lens, 0, 1);
-        for (c, f) in src.infos.iter_mut().zip(&fudge) {
-            if *f == 5 {
-                c.num_samples += 3;
-            } else if *f == 4 {
-                c.num_samples = c.num_samples.saturating_sub(1);
-            }
+        let src = odd_source(lens, &fudge);
+        let Ok(mut e) = odd_enumerator(&src, window, seed, randomize) else { return Ok(()); };
+        odd_calls(&mut *e, &src, workers, calls)?;
+    }
+
+    /// After any calls, a finite epoch (in samples or in sweeps) ends after a bounded number of
+    /// minibatches: no odd input makes the reader return empty minibatches forever.
+    #[test]
+    fn odd_inputs_end_every_epoch(
+        lens in odd_lens(), fudge in odd_fudge(), window in window(), seed in any::<u64>(), workers in 1u32..=5,
+        randomize in any::<bool>(), calls in odd_calls_strategy(),
+        epoch in (1u64..=60, 0u64..=3), epoch_index in 0u64..5, rank in 0u32..5, cross in any::<bool>(),
+        local in 1u64..=10, unbounded_global in any::<bool>(),
+    ) {
+        let src = odd_source(lens, &fudge);
+        let Ok(mut e) = odd_enumerator(&src, window, seed, randomize) else { return Ok(()); };
+        if !odd_calls(&mut *e, &src, workers, calls)? {
+            return Ok(());
         }
-        let e: Result<Box<dyn SequenceEnumerator>, Error> = if randomize {
-            BlockRandomizer::new(&src, window, seed).map(|e| Box::new(e.with_cntk_seek_quirk(seed % 2 == 0)) as _)
-        } else {
-            NoRandomizer::new(&src).map(|e| Box::new(e) as _)
+        let (epoch_size, sweeps) = match epoch {
+            (samples, 0) => (samples, None),
+            (_, sweeps) => (INFINITELY_REPEAT, Some(sweeps)),
         };
-        let Ok(mut e) = e else { return Ok(()); };
-        for (i, (kind, big, small, small2)) in calls.into_iter().enumerate() {
-            let rank = (i as u32) % workers;
-            match kind {
-                0 => {
-                    let cfg = EpochConfig { epoch_size: small * 3 + 1, epoch_index: small2, workers, rank,
-                        sweeps: None, cross_sweeps: big % 2 == 0 };
-                    e.start_epoch(&cfg).unwrap();
-                }
-                1 => {
-                    let g = if big % 3 == 0 { u64::MAX } else { small };
-                    let _ = e.get_next(g, small2).unwrap();
-                }
-                _ => e.set_state(big % 1000).unwrap(),
+        let cfg = EpochConfig { epoch_size, epoch_index, workers, rank: rank % workers, sweeps, cross_sweeps: cross };
+        if unless_no_samples(&src, e.start_epoch(&cfg))?.is_none() {
+            return Ok(());
+        }
+        let global = if unbounded_global { u64::MAX } else { local };
+        // At most 3 sweeps of at most 24 sequences, or 60 samples: far fewer minibatches than this.
+        for _ in 0..10_000 {
+            match unless_no_samples(&src, e.get_next(global, local))? {
+                None => return Ok(()),
+                Some(mb) if mb.end_of_epoch => return Ok(()),
+                Some(_) => {}
             }
         }
+        prop_assert!(false, "no end of the epoch after 10,000 minibatches ({:?}, {}, {})", cfg, global, local);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Regressions: minimised inputs that made CNTK's algorithms (and cntkio before the fix) loop forever.
+
+/// Runs `f` on another thread and fails if it does not return within 10 s (a regression would hang).
+fn in_time<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+        Ok(v) => v,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("no result after 10 s: the call hangs"),
+        Err(e) => panic!("the call panicked ({e})"),
+    }
+}
+
+/// One chunk with one sequence of length `len`, whose chunk table entry declares `declared` samples.
+fn lying_chunk(len: u32, declared: u64) -> Synthetic {
+    let mut src = Synthetic::new(vec![vec![len]], 0, 1);
+    src.infos[0].num_samples = declared;
+    src
+}
+
+#[test]
+fn seek_into_zero_length_sequences_returns() {
+    // Found by odd_inputs_do_not_panic: randomization off, one chunk holding one sequence of length 0
+    // that the chunk table declares as 3 samples, `set_state(1)`. CNTK walks on from sequence to
+    // sequence until it has passed 1 sample, which never happens.
+    let err = in_time(|| {
+        let mut e = NoRandomizer::new(lying_chunk(0, 3)).unwrap();
+        e.set_state(1).unwrap();
+        // Nothing can ever be read from this data.
+        e.get_next(u64::MAX, 5).unwrap_err()
+    });
+    assert!(matches!(err.kind(), ErrorKind::Config(_)), "{err}");
+    assert!(err.to_string().contains("no samples"), "{err}");
+    // With randomization the seek returns too, with the same error.
+    let err = in_time(|| {
+        let mut e = BlockRandomizer::new(lying_chunk(0, 3), Window::default(), 0).unwrap();
+        e.set_state(1).unwrap_err()
+    });
+    assert!(err.to_string().contains("no samples"), "{err}");
+
+    // The same chunk followed by a good one: the seek lands on the good chunk's first sequence, where
+    // the chunk table places it.
+    in_time(|| {
+        let mut src = Synthetic::new(vec![vec![0], vec![2]], 0, 1);
+        src.infos[0].num_samples = 3;
+        let mut e = NoRandomizer::new(&src).unwrap();
+        e.set_state(1).unwrap();
+        assert_eq!(e.get_state(), 3);
+        let mb = e.get_next(u64::MAX, 5).unwrap();
+        assert_eq!(keys(&mb), [1]);
+        assert!(mb.end_of_sweep);
+    });
+}
+
+#[test]
+fn a_sweep_ends_when_its_sequences_do() {
+    // One sequence of 1 sample, declared as 4: after it the rest of the sweep holds no sequence. The
+    // block randomizer used to stay there forever, returning empty minibatches that never ended the
+    // epoch; the no-randomizer handed the same sequence out again and again within the sweep.
+    for randomize in [true, false] {
+        let got = in_time(move || {
+            let src = lying_chunk(1, 4);
+            let mut e = odd_enumerator(&src, Window::default(), 0, randomize).unwrap();
+            e.start_epoch(&v2(1, 0, Some(2))).unwrap();
+            let mut got = Vec::new();
+            for _ in 0..10 {
+                let mb = e.get_next(1, 1).unwrap();
+                got.push((keys(&mb), mb.end_of_sweep, mb.end_of_epoch, e.get_state()));
+                if mb.end_of_epoch {
+                    break;
+                }
+            }
+            got
+        });
+        assert_eq!(got, [(vec![0], true, false, 4), (vec![0], true, true, 8)], "randomize={randomize}");
+    }
+    // A chunk table declaring 2^40 samples too many: one sweep is still one pass over the sequences.
+    for randomize in [true, false] {
+        let n = in_time(move || {
+            let mut src = Synthetic::counting(&[3, 2]);
+            src.infos[1].num_samples += 1 << 40;
+            let mut e = odd_enumerator(&src, Window::default(), 0, randomize).unwrap();
+            e.start_epoch(&v2(1, 0, Some(1))).unwrap();
+            drain(&mut *e, 2).iter().map(|mb| mb.picks.len()).sum::<usize>()
+        });
+        assert_eq!(n, 5, "randomize={randomize}");
     }
 }

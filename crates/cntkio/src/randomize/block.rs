@@ -2,7 +2,7 @@
 //! READER.md §3–§4, §6, §8).
 
 use super::{
-    check_chunks, ChunkRandomizer, EpochConfig, Minibatch, Pick, SequenceEnumerator, SequenceRandomizer,
+    check_chunks, no_samples, ChunkRandomizer, EpochConfig, Minibatch, Pick, SequenceEnumerator, SequenceRandomizer,
     SequenceSource, Window, INFINITELY_REPEAT,
 };
 use crate::Error;
@@ -117,6 +117,15 @@ impl<S: SequenceSource> BlockRandomizer<S> {
         Ok(())
     }
 
+    /// Called when the sweep's sequences are over before its end on the timeline: an error if they have
+    /// no samples at all (then no position could ever be reached).
+    fn check_samples(&self) -> Result<(), Error> {
+        if self.sequences.position() == 0 {
+            return Err(no_samples(self.sequences.num_sequences(), self.sweep_size));
+        }
+        Ok(())
+    }
+
     /// One pass inside the sweep of `pos` (READER.md §4.3 `take`).
     fn take(&mut self, global: u64, local: u64, at_least_one: bool, out: &mut Vec<Pick>) -> Result<Pass, Error> {
         self.prepare(self.pos)?;
@@ -156,6 +165,14 @@ impl<S: SequenceSource> BlockRandomizer<S> {
             g = g.saturating_add(len);
             true
         })?;
+        if self.sequences.at_end() && sp.saturating_add(g) < sweep_size {
+            // The sweep's sequences are over before the sweep ends on the timeline, which only a chunk
+            // table declaring more samples than the sequences have can cause (CNTK does not check; it
+            // would return empty minibatches from here on, forever). No sequence starts in the rest of the
+            // sweep: walk over it, so that the sweep ends here and reading goes on with the next one.
+            self.check_samples()?;
+            g = sweep_size - sp;
+        }
         eos |= sp.saturating_add(g) >= sweep_size;
         eoe |= pos.saturating_add(g) >= end;
         self.pos = pos.saturating_add(g);
@@ -208,7 +225,12 @@ impl<S: SequenceSource> SequenceEnumerator for BlockRandomizer<S> {
         let sweep = position / self.sweep_size;
         let offset = position % self.sweep_size;
         let reset_seed = if self.seek_quirk { sweep } else { self.seed.wrapping_add(sweep) };
-        let reached = self.sequences.seek(offset, reset_seed, &self.source)?;
+        let mut reached = self.sequences.seek(offset, reset_seed, &self.source)?;
+        if self.sequences.at_end() && reached < self.sweep_size {
+            // No sequence boundary is left in the sweep (see `take`): the next one starts the next sweep.
+            self.check_samples()?;
+            reached = self.sweep_size;
+        }
         self.pos = (sweep * self.sweep_size).saturating_add(reached);
         if self.rank as usize >= self.sequences.chunk_randomizer().chunks().len() {
             // CNTK: a worker with no chunk at all is placed at the end of the epoch (READER.md §6).

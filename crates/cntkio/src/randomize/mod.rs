@@ -72,6 +72,12 @@ pub const INFINITELY_REPEAT: u64 = u64::MAX;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ChunkInfo {
     /// Σ of the declared lengths of the chunk's sequences (READER.md §1).
+    ///
+    /// Not checked (CNTK does not check it either, and CBF files can disagree). The chunk table alone
+    /// places the sweeps on the timeline; if it declares more samples than the sequences have, a sweep
+    /// ends when its sequences are over and the rest of it is skipped (CNTK would stall there or hand the
+    /// same sequences out again). Sequences that all have length 0 are an
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) error ("no samples") when found.
     pub num_samples: u64,
     /// Number of sequences in the chunk; [`SequenceSource::sequences`] must return exactly this many.
     pub num_sequences: u32,
@@ -234,22 +240,31 @@ impl EpochConfig {
 ///
 /// Positions are samples on the global timeline (sweep *k* occupies `[k·S, (k+1)·S)`, S =
 /// [`sweep_size`](SequenceEnumerator::sweep_size)). Arithmetic on positions saturates at `u64::MAX`.
+///
+/// Whatever the data, a call's work is proportional to the sequences it hands out plus a bounded number
+/// of passes over the sequences. Where CNTK would loop forever or stall (zero-length sequences, chunk
+/// tables that disagree with the sequences), cntkio stops, skips ahead or reports an error instead; see
+/// [`ChunkInfo::num_samples`].
 pub trait SequenceEnumerator {
     /// Sets the epoch and the worker configuration, and seeks to the start of the epoch.
     ///
     /// Errors: `workers == 0` or `rank >= workers` ([`ErrorKind::Config`](crate::ErrorKind::Config)),
-    /// and errors of the [`SequenceSource`].
+    /// data without samples (see [`ChunkInfo::num_samples`]), and errors of the [`SequenceSource`].
     fn start_epoch(&mut self, config: &EpochConfig) -> Result<(), Error>;
 
     /// The next minibatch: at most `global` samples walked on the timeline and at most `local` samples
     /// delivered to this worker, except that the first delivered sequence is always taken
     /// (READER.md §4.2–§4.4).
+    ///
+    /// Errors: data without samples (see [`ChunkInfo::num_samples`]), and errors of the [`SequenceSource`].
     fn get_next(&mut self, global: u64, local: u64) -> Result<Minibatch, Error>;
 
     /// The global sample position of the next sequence (`minibatchSourcePosition` of a checkpoint).
     fn get_state(&self) -> u64;
 
     /// Seeks to `position`: to the first sequence boundary at or after it (READER.md §8.2).
+    ///
+    /// Errors: data without samples (see [`ChunkInfo::num_samples`]), and errors of the [`SequenceSource`].
     fn set_state(&mut self, position: u64) -> Result<(), Error>;
 
     /// Sweep size: Σ of the chunks' sample counts.
@@ -297,6 +312,15 @@ fn check_chunks(chunks: &[ChunkInfo]) -> Result<(u64, u64), Error> {
         return Err(Error::config("the data has no sequences"));
     }
     Ok((samples, sequences))
+}
+
+/// The error for data whose `sequences` all have length 0 although the chunk table declares `declared`
+/// samples: no position on the timeline can ever be reached, so no epoch could end.
+fn no_samples(sequences: u64, declared: u64) -> Error {
+    Error::config(format!(
+        "the data has no samples: all {sequences} of its sequences have length 0, although the chunk table \
+         declares {declared} samples"
+    ))
 }
 
 /// Loads the sequence list of `chunk` into `out` and checks its length against the chunk table.

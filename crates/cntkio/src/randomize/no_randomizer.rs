@@ -1,8 +1,8 @@
 //! Reading in file order (CNTK `NoRandomizer`, READER.md §4.4, §6, §8.2).
 
 use super::{
-    check_chunks, load_sequences, ChunkInfo, EpochConfig, Minibatch, Pick, SequenceEnumerator, SequenceInfo,
-    SequenceSource, INFINITELY_REPEAT,
+    check_chunks, load_sequences, no_samples, ChunkInfo, EpochConfig, Minibatch, Pick, SequenceEnumerator,
+    SequenceInfo, SequenceSource, INFINITELY_REPEAT,
 };
 use crate::Error;
 
@@ -30,6 +30,8 @@ pub struct NoRandomizer<S> {
     pos: u64,
     /// Round-robin sequence counter.
     global_sequence: u64,
+    /// The sweep in which the cursor's current round over the sequences began.
+    round_sweep: u64,
     epoch_size: u64,
     epoch_index: u64,
     workers: u32,
@@ -70,6 +72,7 @@ impl<S: SequenceSource> NoRandomizer<S> {
             cur_index: 0,
             pos: 0,
             global_sequence: 0,
+            round_sweep: 0,
             epoch_size: INFINITELY_REPEAT,
             epoch_index: 0,
             workers: 1,
@@ -100,20 +103,25 @@ impl<S: SequenceSource> NoRandomizer<S> {
         Ok(())
     }
 
-    /// Moves the cursor to the next sequence, wrapping to chunk 0 after the last chunk.
-    fn advance(&mut self) -> Result<(), Error> {
+    /// Moves the cursor to the next sequence, wrapping to chunk 0 after the last chunk. True when it
+    /// wrapped: the round over the sequences is over and the cursor is back at the first sequence.
+    fn advance(&mut self) -> Result<bool, Error> {
         match self.cur_chunk {
-            Some(c) if self.cur_index + 1 < self.chunks[c].num_sequences as usize => self.cur_index += 1,
+            Some(c) if self.cur_index + 1 < self.chunks[c].num_sequences as usize => {
+                self.cur_index += 1;
+                Ok(false)
+            }
             Some(c) => {
                 self.load((c + 1) % self.chunks.len())?;
                 self.cur_index = 0;
+                Ok(self.cur_chunk.is_some_and(|n| n <= c))
             }
             None => {
                 self.load(0)?;
                 self.cur_index = 0;
+                Ok(false)
             }
         }
-        Ok(())
     }
 }
 
@@ -149,6 +157,8 @@ impl<S: SequenceSource> SequenceEnumerator for NoRandomizer<S> {
         // sample the pattern repeats forever; only zero-length sequences can cause that.
         let limit = workers.saturating_mul(self.total_sequences).saturating_add(workers);
         let mut idle = 0u64;
+        // Sequences of length 0 walked in a row: a whole round of them means that no sequence has samples.
+        let mut empty_run = 0u64;
         while g < global && l < local {
             let Some(c) = self.cur_chunk else { break };
             let Some(&info) = self.sequences.get(self.cur_index) else {
@@ -183,10 +193,27 @@ impl<S: SequenceSource> SequenceEnumerator for NoRandomizer<S> {
                 one = false;
             }
             idle = if is_local && len > 0 { 0 } else { idle + 1 };
+            empty_run = if len > 0 { 0 } else { empty_run + 1 };
+            if empty_run >= self.total_sequences {
+                // Only a chunk table declaring samples the sequences do not have gets here (the sweep size
+                // is not 0): the position could never move again.
+                return Err(no_samples(self.total_sequences, s));
+            }
             g = g.saturating_add(len);
             self.pos = self.pos.saturating_add(len);
             self.global_sequence = self.global_sequence.wrapping_add(1);
-            self.advance()?;
+            if self.advance()? {
+                // The round over the sequences is over. On a consistent chunk table the position is at
+                // the end of the sweep the round began in; a table declaring more samples than the
+                // sequences have leaves it short of that end (CNTK would hand the sequences out again,
+                // within the same sweep). No sequence starts in the rest of the sweep: walk over it.
+                let sweep_end = self.round_sweep.saturating_add(1).saturating_mul(s);
+                if self.pos < sweep_end {
+                    g = g.saturating_add(sweep_end - self.pos);
+                    self.pos = sweep_end;
+                }
+                self.round_sweep = self.pos / s;
+            }
             if idle > limit {
                 break;
             }
@@ -202,21 +229,49 @@ impl<S: SequenceSource> SequenceEnumerator for NoRandomizer<S> {
 
     fn set_state(&mut self, position: u64) -> Result<(), Error> {
         self.cur_index = 0;
-        self.pos = position;
-        let offset = position % self.sweep_size;
+        let s = self.sweep_size;
+        let offset = position % s;
+        let base = position - offset;
         let ci = self.sample_offsets.partition_point(|&o| o <= offset).saturating_sub(1);
         if self.cur_chunk != Some(ci) {
             self.load(ci)?;
             self.cur_index = 0;
         }
         let c = self.cur_chunk.unwrap_or(ci);
-        let inside = offset.saturating_sub(self.sample_offsets[c]);
-        let mut k = 0u64;
-        while self.cur_index < self.sequences.len() && k < inside {
-            k = k.saturating_add(u64::from(self.sequences[self.cur_index].num_samples));
-            self.advance()?;
-        }
-        self.pos = (self.pos - inside).saturating_add(k);
+        // `reached`: where the cursor ends up, as a sample offset from the start of the sweep;
+        // `wrapped`: it went past the last sequence, so its round over the sequences begins in the next sweep.
+        let (reached, wrapped) = if c != ci {
+            // Chunk `ci` has no sequences although the chunk table gives it samples (only a malformed
+            // table does that): the first sequence at or after `position` is the first of chunk `c`, in
+            // this sweep or, if `load` wrapped around, in the next.
+            if c > ci {
+                (self.sample_offsets[c], false)
+            } else {
+                (s.saturating_add(self.sample_offsets[c]), true)
+            }
+        } else {
+            // Walk to the first sequence boundary at or after `offset`. On a consistent chunk table it
+            // lies in this chunk or at its end. A table declaring more samples than the chunk's sequences
+            // have could make CNTK walk on through the following chunks, sweep after sweep (forever if
+            // they are all of length 0); the walk stops at the end of the chunk instead.
+            let inside = offset - self.sample_offsets[c];
+            let n = self.sequences.len();
+            let (mut k, mut walked, mut wrapped) = (0u64, 0usize, false);
+            while walked < n && k < inside {
+                k = k.saturating_add(u64::from(self.sequences[self.cur_index].num_samples));
+                walked += 1;
+                wrapped = self.advance()?;
+            }
+            if walked == n {
+                // The cursor left the chunk: it is at the next chunk's start, as the table places it.
+                (self.sample_offsets[c] + self.chunks[c].num_samples, wrapped)
+            } else {
+                (self.sample_offsets[c] + k, false)
+            }
+        };
+        self.pos = base.saturating_add(reached);
+        // Not `pos / s`: the cursor may still be before zero-length sequences at the end of the sweep.
+        self.round_sweep = base / s + u64::from(wrapped);
         let c = self.cur_chunk.unwrap_or(ci);
         self.global_sequence = self.sequence_offsets[c] + self.cur_index as u64;
         Ok(())

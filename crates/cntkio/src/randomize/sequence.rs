@@ -108,9 +108,15 @@ impl SequenceRandomizer {
         self.cur_sample
     }
 
-    /// True when the read cursor is past the last sequence of the sweep.
+    /// True when the read cursor is past the last sequence of the sweep (all its sequences were handed
+    /// out or skipped by a seek).
     pub fn at_end(&self) -> bool {
-        self.cur_chunk >= self.chunks.chunks().len()
+        self.cur_sequence >= self.num_sequences()
+    }
+
+    /// Number of sequences in the sweep (0 before the chunks are randomized).
+    pub fn num_sequences(&self) -> u64 {
+        self.chunks.chunks().last().map_or(0, |c| c.sequence_end)
     }
 
     /// The sequence at sequence position `t` of randomized chunk `chunk` (must be loaded).
