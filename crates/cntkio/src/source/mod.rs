@@ -449,18 +449,20 @@ impl MinibatchSource {
         // Bring every sequence's values into the cache with independent loads, then copy.
         let ns = batch.data.streams.len();
         self.locs.clear();
+        // A source without streams has nothing to copy (and `chunks_exact` needs a non-zero size).
+        let ns_step = ns.max(1);
         for p in picks {
             let v = view(p);
             self.locs.extend((0..ns).map(|st| v.locate(st, p.index as usize)));
         }
         let mut acc = 0u64;
-        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns)) {
+        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns_step)) {
             let v = view(p);
             for (st, &a) in at.iter().enumerate() {
                 v.touch_first(st, a, &mut acc);
             }
         }
-        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns)) {
+        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns_step)) {
             let v = view(p);
             for (st, &a) in at.iter().enumerate() {
                 v.touch_rest(st, p.index as usize, a, &mut acc);
