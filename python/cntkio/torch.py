@@ -322,6 +322,7 @@ class MinibatchIterable:
             self._yielded = skipped
         while True:
             mb = src.next_minibatch(size, num_data_partitions=partitions, partition_index=index)
+            assert isinstance(mb, Minibatch)
             if not mb:
                 break
             if in_process:
@@ -411,7 +412,7 @@ def _dataset_class() -> Any:
         return _DATASET_CLASS
     torch = _torch()
 
-    class IterableDataset(MinibatchIterable, torch.utils.data.IterableDataset):  # type: ignore[misc]
+    class IterableDataset(MinibatchIterable, torch.utils.data.IterableDataset):  # type: ignore[misc,name-defined]
         """A ``torch.utils.data.IterableDataset`` of CNTK data (see :mod:`cntkio.torch` for splitting,
         epochs, resuming and pickling). Each item is one batch, a dict of tensors — use
         ``DataLoader(ds, batch_size=None, ...)``:
