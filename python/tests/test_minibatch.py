@@ -534,6 +534,8 @@ def test_cntk_config_names(tmp_path):
     assert run(randomizationSeed=3, maxSweeps=1) == run(randomization_seed=3, max_sweeps=1)
     assert run(frameMode=True, maxSweeps=1, traceLevel=2, multiThreadedDeserialization=True, maxErrors=0) == run(
         frame_mode=True, max_sweeps=1)
+    with pytest.raises(UsageError, match="requires"):
+        MinibatchSource(d, sampleBasedRandomizationWindow=True)
     with pytest.raises(UsageError, match="unknown"):
         MinibatchSource(d, randomisationWindow=3)
     with pytest.raises(UsageError, match="both given"):
