@@ -300,7 +300,8 @@ class MinibatchIterable:
             return worker, 0
         partitions = self.world_size * workers
         first = self.rank * workers
-        plans = [src._plan(size, partitions, first + w) for w in range(workers)]
+        # A partition contributes at most n of the first n batches: its first n checkpoints are enough.
+        plans = [src._plan(size, partitions, first + w, limit=n) for w in range(workers)]
         shares, turn = _consumed_shares(n, [len(p) for p in plans])
         slot = (turn + worker) % workers
         k = shares[slot]

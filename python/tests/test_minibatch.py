@@ -665,3 +665,20 @@ def test_real_cbf_files(real, name):
                 np.testing.assert_array_equal(got, want)
         seen += [int(k) for k in mb.sequence_keys]
     assert sorted(seen) == sorted(list(by_key) * 2)
+
+
+def test_plan_matches_reading(tmp_path):
+    """The checkpoints found from the index alone (used to resume PyTorch workers) are those of reading."""
+    d = twenty_rows(tmp_path)
+    for kw in (dict(randomization_seed=4), dict(randomize=False), dict(randomization_window_in_chunks=1)):
+        for parts, index in ((1, 0), (3, 1), (3, 2)):
+            src = MinibatchSource(d, max_sweeps=2, **kw)
+            plan = src._plan(6, parts, index)
+            states = []
+            while src.next_minibatch(6, num_data_partitions=parts, partition_index=index):
+                states.append(src.get_checkpoint_state())
+            assert [json.loads(p) for p in plan] == [{k: v for k, v in s.items() if k != "minibatchSourcePosition"}
+                                                     for s in states]
+            assert src._plan(6, parts, index, limit=2) == plan[:2]
+    with pytest.raises(UsageError, match="infinite"):
+        MinibatchSource(d)._plan(6)
