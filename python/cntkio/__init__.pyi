@@ -48,8 +48,22 @@ class StreamInformation(NamedTuple):
     is_sparse: bool
     dtype: np.dtype[Any]
     defines_mb_size: bool
+    @property
+    def m_name(self) -> str: ...
+    @property
+    def storage_format(self) -> str: ...
+    @property
+    def sample_shape(self) -> Tuple[int, ...]: ...
+
+_native: Any
+
+class _Record(Dict[str, Any]):
+    def __getattr__(self, key: str) -> Any: ...
 
 class StreamData:
+    def __init__(
+        self, name: str, dim: int, is_sparse: bool, values: Any, offsets: Any, indices: Any, indptr: Any
+    ) -> None: ...
     name: str
     dim: int
     is_sparse: bool
@@ -166,3 +180,87 @@ def validate(
     limit: int = ...,
     threads: Optional[int] = ...,
 ) -> ValidationReport: ...
+
+INFINITELY_REPEAT: int
+FULL_DATA_SWEEP: int
+DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS: int
+
+class MinibatchData(StreamData):
+    info: StreamInformation
+    keys: npt.NDArray[np.uint64]
+    sequence_lengths: npt.NDArray[np.uint32]
+    end_of_sweep: bool
+    @property
+    def max_length(self) -> int: ...
+    @property
+    def shape(self) -> Tuple[int, int, int]: ...  # type: ignore[override]
+    @property
+    def data(self) -> MinibatchData: ...
+    @property
+    def mask(self) -> npt.NDArray[np.uint8]: ...
+    def asarray(self) -> Any: ...
+    def as_sequences(self, variable: Any = ...) -> List[Any]: ...
+    def __len__(self) -> int: ...
+
+class Minibatch(Mapping[StreamInformation, MinibatchData]):
+    sequence_keys: Optional[npt.NDArray[np.uint64]]
+    sequence_lengths: Optional[npt.NDArray[np.uint32]]
+    end_of_sweep: bool
+    end_of_run: bool
+    @property
+    def num_sequences(self) -> int: ...
+    @property
+    def num_samples(self) -> int: ...
+    def __getitem__(self, key: Union[StreamInformation, str]) -> MinibatchData: ...
+    def __iter__(self) -> Iterator[StreamInformation]: ...
+    def __len__(self) -> int: ...
+    def by_name(self) -> Dict[str, MinibatchData]: ...
+
+class MinibatchSource:
+    randomized: bool
+    def __init__(
+        self,
+        deserializers: Union[_Deserializer, Sequence[_Deserializer]],
+        max_samples: int = ...,
+        max_sweeps: int = ...,
+        randomization_window_in_chunks: int = ...,
+        randomization_window_in_samples: int = ...,
+        randomization_seed: int = ...,
+        trace_level: Any = ...,
+        multithreaded_deserializer: Optional[bool] = ...,
+        frame_mode: bool = ...,
+        truncation_length: int = ...,
+        randomize: bool = ...,
+        max_errors: int = ...,
+        *,
+        concat: bool = ...,
+        cntk_restore_quirk: bool = ...,
+        **cntk_config: Any,
+    ) -> None: ...
+    def stream_infos(self) -> List[StreamInformation]: ...
+    @property
+    def streams(self) -> _Record: ...
+    def stream_info(self, name: str) -> StreamInformation: ...
+    def __getitem__(self, name: str) -> StreamInformation: ...
+    @property
+    def sweep_size(self) -> int: ...
+    @property
+    def num_sequences(self) -> int: ...
+    @property
+    def num_chunks(self) -> int: ...
+    @property
+    def deserializers(self) -> List[_Deserializer]: ...
+    def next_minibatch(
+        self,
+        minibatch_size_in_samples: int,
+        input_map: Optional[Mapping[Any, Union[StreamInformation, str]]] = ...,
+        device: Any = ...,
+        num_data_partitions: Optional[int] = ...,
+        partition_index: Optional[int] = ...,
+    ) -> Any: ...
+    def get_checkpoint_state(self) -> Dict[str, Any]: ...
+    def restore_from_checkpoint(self, checkpoint: Union[Mapping[str, Any], str]) -> None: ...
+    @property
+    def current_position(self) -> Dict[str, Any]: ...
+    @current_position.setter
+    def current_position(self, position: Mapping[str, Any]) -> None: ...

@@ -217,6 +217,10 @@ def _resolve_aliases(args: Dict[str, Any], defaults: Dict[str, Any], config: Dic
         if args[name] != defaults[name]:
             raise UsageError(f"{key!r} and {name!r} both given")
         args[name] = value
+    if sample_based is not None and _bool("sampleBasedRandomizationWindow", sample_based) and (
+        "randomizationWindow" not in config
+    ):
+        raise UsageError("'sampleBasedRandomizationWindow' (== True) requires that 'randomizationWindow' is given")
     if truncated is not None and _bool("truncated", truncated) and not args["truncation_length"]:
         raise UsageError("'truncated' needs a 'truncationLength' > 0")
 

@@ -32,9 +32,9 @@ every rank and worker derives the same order from the shared seed. ``batch_size`
 (declared lengths, as CNTK counts them) per batch of each worker.
 
 **Resuming.** :meth:`state_dict` returns the epoch and the number of batches consumed in it;
-:meth:`load_state_dict` makes the next iteration skip exactly those. In the main process (``num_workers=0``)
+:meth:`load_state_dict` makes that epoch's iterations skip exactly those (until :meth:`set_epoch` moves on). In the main process (``num_workers=0``)
 the dataset counts the batches it yields; with worker processes pass the count the training loop took
-(``ds.state_dict(batches=step + 1)``): each worker replays the DataLoader's round robin (workers in turn,
+(``ds.state_dict(batches=step + 1, num_workers=2)``): each worker replays the DataLoader's round robin (workers in turn,
 exhausted workers skipped) from the index alone, without reading data, and restores its source to the
 position after its share, so the resumed run yields what the uninterrupted one would have. The number of
 workers, ranks and the options must be the same.
@@ -233,6 +233,8 @@ class MinibatchIterable:
             raise UsageError(f"epoch must be a non-negative integer, found {epoch!r}")
         if epoch != self.epoch:
             self._yielded = 0
+        if self._resume is not None and self._resume[0] != epoch:
+            self._resume = None
         self.epoch = epoch
 
     def partition(self) -> Tuple[int, int]:
@@ -242,14 +244,18 @@ class MinibatchIterable:
         return self.rank * n + w, self.world_size * n
 
     # ---- resuming ---------------------------------------------------------------------------------------
-    def state_dict(self, batches: Optional[int] = None) -> Dict[str, Any]:
-        """The position in the current epoch: ``batches`` consumed by this rank's training loop (default:
-        the batches this object yielded in this process — right with ``num_workers=0``). JSON-compatible."""
+    def state_dict(self, batches: Optional[int] = None, num_workers: Optional[int] = None) -> Dict[str, Any]:
+        """The position in the current epoch: ``batches`` consumed from its start by this rank's training loop
+        (default: the batches this object yielded in this process — right with ``num_workers=0``), and the
+        DataLoader's ``num_workers``. JSON-compatible."""
         if batches is None:
             batches = self._yielded
         if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
             raise UsageError(f"batches must be a non-negative integer, found {batches!r}")
-        w = _worker()[1]
+        if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int)
+                                        or num_workers < 0):
+            raise UsageError(f"num_workers must be a non-negative integer, found {num_workers!r}")
+        w = _worker()[1] if num_workers is None else max(1, num_workers)
         return {
             "version": 1,
             "epoch": self.epoch,
@@ -262,9 +268,10 @@ class MinibatchIterable:
         }
 
     def load_state_dict(self, state: Mapping[str, Any], num_workers: Optional[int] = None) -> None:
-        """Resumes: the next iteration is epoch ``state['epoch']`` without its first ``state['batches']``
-        batches. ``num_workers``: the DataLoader's (default: 0, or the state's if it recorded one); it must be
-        the one the state was taken with."""
+        """Resumes: the iterations of epoch ``state['epoch']`` leave out its first ``state['batches']``
+        batches, until :meth:`set_epoch` moves to another epoch (worker processes cannot tell the dataset
+        that an iteration ended, so the same holds with and without them). ``num_workers``: the DataLoader's (default: the state's); it must be the one the state was
+        taken with."""
         if not isinstance(state, Mapping) or state.get("version") != 1:
             raise UsageError(f"not a cntkio.torch state (version 1): {state!r}")
         for key in ("seed", "batch_size", "shuffle", "world_size"):
@@ -293,7 +300,8 @@ class MinibatchIterable:
             return worker, 0
         partitions = self.world_size * workers
         first = self.rank * workers
-        plans = [src._plan(size, partitions, first + w) for w in range(workers)]
+        # A partition contributes at most n of the first n batches: its first n checkpoints are enough.
+        plans = [src._plan(size, partitions, first + w, limit=n) for w in range(workers)]
         shares, turn = _consumed_shares(n, [len(p) for p in plans])
         slot = (turn + worker) % workers
         k = shares[slot]
@@ -322,13 +330,12 @@ class MinibatchIterable:
             self._yielded = skipped
         while True:
             mb = src.next_minibatch(size, num_data_partitions=partitions, partition_index=index)
+            assert isinstance(mb, Minibatch)
             if not mb:
                 break
             if in_process:
                 self._yielded += 1
             yield mb
-        if self._resume is not None and self._resume[0] == self.epoch:
-            self._resume = None
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.minibatches())
@@ -411,7 +418,7 @@ def _dataset_class() -> Any:
         return _DATASET_CLASS
     torch = _torch()
 
-    class IterableDataset(MinibatchIterable, torch.utils.data.IterableDataset):  # type: ignore[misc]
+    class IterableDataset(MinibatchIterable, torch.utils.data.IterableDataset):  # type: ignore[misc,name-defined]
         """A ``torch.utils.data.IterableDataset`` of CNTK data (see :mod:`cntkio.torch` for splitting,
         epochs, resuming and pickling). Each item is one batch, a dict of tensors — use
         ``DataLoader(ds, batch_size=None, ...)``:

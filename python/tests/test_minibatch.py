@@ -534,6 +534,8 @@ def test_cntk_config_names(tmp_path):
     assert run(randomizationSeed=3, maxSweeps=1) == run(randomization_seed=3, max_sweeps=1)
     assert run(frameMode=True, maxSweeps=1, traceLevel=2, multiThreadedDeserialization=True, maxErrors=0) == run(
         frame_mode=True, max_sweeps=1)
+    with pytest.raises(UsageError, match="requires"):
+        MinibatchSource(d, sampleBasedRandomizationWindow=True)
     with pytest.raises(UsageError, match="unknown"):
         MinibatchSource(d, randomisationWindow=3)
     with pytest.raises(UsageError, match="both given"):
@@ -625,3 +627,58 @@ def test_threads_share_a_source(tmp_path):
     for t in threads:
         t.join()
     assert sorted(got) == sorted(list(range(20)) * 50)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Real CNTK-made CBF files (shared/data/real; skipped without them)
+
+
+@pytest.mark.parametrize("name", ["10x10_dense", "10x10_sparse", "50x20_jagged_sequences_dense",
+                                  "50x20_jagged_sequences_sparse", "Simple_dense"])
+def test_real_cbf_files(real, name):
+    d = CBFDeserializer(real / "cbf" / f"{name}.bin")
+    whole = d.read()
+    src = MinibatchSource(d, randomize=False, max_sweeps=1)
+    mb = src.next_minibatch(src.sweep_size)
+    assert mb.end_of_sweep and mb.end_of_run and not src.next_minibatch(1)
+    np.testing.assert_array_equal(mb.sequence_keys, whole.sequence_keys)
+    for s in whole:
+        a, b = mb[s], whole[s]
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a.values, b.values)
+        np.testing.assert_array_equal(a.offsets, b.offsets)
+        if a.is_sparse:
+            np.testing.assert_array_equal(a.indices, b.indices)
+            np.testing.assert_array_equal(a.indptr, b.indptr)
+    by_key = {int(k): i for i, k in enumerate(whole.sequence_keys)}
+    shuffled = MinibatchSource(d, randomization_seed=2, max_sweeps=2)
+    seen: List[int] = []
+    while True:
+        mb = shuffled.next_minibatch(7)
+        if not mb:
+            break
+        for s in whole:
+            for j, k in enumerate(mb.sequence_keys):
+                got, want = mb[s].sequence(j), whole[s].sequence(by_key[int(k)])
+                if mb[s].is_sparse:
+                    got, want = got.toarray(), want.toarray()
+                np.testing.assert_array_equal(got, want)
+        seen += [int(k) for k in mb.sequence_keys]
+    assert sorted(seen) == sorted(list(by_key) * 2)
+
+
+def test_plan_matches_reading(tmp_path):
+    """The checkpoints found from the index alone (used to resume PyTorch workers) are those of reading."""
+    d = twenty_rows(tmp_path)
+    for kw in (dict(randomization_seed=4), dict(randomize=False), dict(randomization_window_in_chunks=1)):
+        for parts, index in ((1, 0), (3, 1), (3, 2)):
+            src = MinibatchSource(d, max_sweeps=2, **kw)
+            plan = src._plan(6, parts, index)
+            states = []
+            while src.next_minibatch(6, num_data_partitions=parts, partition_index=index):
+                states.append(src.get_checkpoint_state())
+            assert [json.loads(p) for p in plan] == [{k: v for k, v in s.items() if k != "minibatchSourcePosition"}
+                                                     for s in states]
+            assert src._plan(6, parts, index, limit=2) == plan[:2]
+    with pytest.raises(UsageError, match="infinite"):
+        MinibatchSource(d)._plan(6)

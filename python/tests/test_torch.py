@@ -160,7 +160,11 @@ def test_resume_in_process(tmp_path):
         again = ct.MinibatchIterable(d, batch_size=4, seed=2)
         again.load_state_dict(state)
         assert keys(again) == full[n:]
-        assert keys(again) == full  # the skip applies to one iteration
+        again.set_epoch(1)
+        assert keys(again) == full[n:]  # the same epoch: still resumed
+        again.set_epoch(2)
+        again.set_epoch(1)
+        assert keys(again) == full  # another epoch ends the resume
     with pytest.raises(UsageError, match="seed"):
         ct.MinibatchIterable(d, batch_size=4, seed=3).load_state_dict(state)
 
@@ -183,7 +187,7 @@ def test_resume_with_workers_replays_the_round_robin(tmp_path, shuffle):
     counts = [sum(1 for w, _ in simulate_loader(make(), workers) if w == v) for v in range(workers)]
     assert len(set(counts)) > 1 or not shuffle  # some worker runs out first
     for n in range(len(full) + 1):
-        state = {**make()().state_dict(batches=n), "num_workers": workers}
+        state = make()().state_dict(batches=n, num_workers=workers)
         rest = [mb for _, mb in simulate_loader(make(state), workers)]
         assert rest == full[n:], n
 
@@ -220,7 +224,14 @@ def test_paths_and_options(tmp_path):
 # With PyTorch
 
 # PyTorch itself warns, once per process, when it rebuilds a sparse CSR tensor a worker process sent.
-SPARSE_REBUILD = pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled:UserWarning")
+_REBUILD_WARNINGS = ("ignore:Sparse invariant checks are implicitly disabled:UserWarning",
+                     "ignore:Sparse CSR tensor support is in beta state:UserWarning")
+
+
+def SPARSE_REBUILD(f):  # noqa: N802
+    for w in _REBUILD_WARNINGS:
+        f = pytest.mark.filterwarnings(w)(f)
+    return f
 
 
 @pytest.fixture(scope="module")
@@ -259,21 +270,28 @@ def test_dataloader(torch, tmp_path, workers):
 
 
 @SPARSE_REBUILD
-def test_dataloader_spawn(torch, tmp_path):
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_dataloader_spawn(torch, tmp_path, context):
     d = data(tmp_path)
     ds = ct.IterableDataset(d, batch_size=6, seed=4, with_keys=True)
     ds.set_epoch(2)
-    spawned = loader_keys(torch, ds, num_workers=2, multiprocessing_context="spawn")
+    spawned = loader_keys(torch, ds, num_workers=2, multiprocessing_context=context)
     forked = loader_keys(torch, ds, num_workers=2)
     assert spawned == forked and sorted(k for b in spawned for k in b) == list(range(50))
 
 
 @SPARSE_REBUILD
-def test_two_ranks(torch, tmp_path):
+def test_two_ranks(torch, tmp_path, monkeypatch):
     d = data(tmp_path)
     per_rank = []
     for rank in (0, 1):
-        ds = ct.IterableDataset(d, batch_size=4, seed=7, rank=rank, world_size=2, with_keys=True)
+        if rank == 0:
+            ds = ct.IterableDataset(d, batch_size=4, seed=7, rank=rank, world_size=2, with_keys=True)
+        else:  # as torchrun sets them
+            monkeypatch.setenv("RANK", "1")
+            monkeypatch.setenv("WORLD_SIZE", "2")
+            ds = ct.IterableDataset(d, batch_size=4, seed=7, with_keys=True)
+        assert (ds.rank, ds.world_size) == (rank, 2)
         per_rank.append({k for b in loader_keys(torch, ds, num_workers=2) for k in b})
     assert not per_rank[0] & per_rank[1] and per_rank[0] | per_rank[1] == set(range(50))
 
@@ -295,13 +313,16 @@ def test_resume_dataloader(torch, tmp_path):
         taken = [next(it)["keys"].tolist() for _ in range(n)]
         del it
         assert taken == full[:n]
-        state = ds.state_dict(batches=n)
+        state = ds.state_dict(batches=n, num_workers=2)
         resumed = make()
-        resumed.load_state_dict(state, num_workers=2)
+        resumed.load_state_dict(state)
         assert loader_keys(torch, resumed, num_workers=2) == full[n:]
+        resumed.set_epoch(2)
+        resumed.set_epoch(1)
+        assert loader_keys(torch, resumed, num_workers=2) == full  # another epoch ends the resume
     with pytest.raises(UsageError, match="worker"):
         resumed = make()
-        resumed.load_state_dict(state, num_workers=3)
+        resumed.load_state_dict(state)
         loader_keys(torch, resumed, num_workers=0)
 
 
@@ -339,3 +360,38 @@ def test_example_trains(torch):
     assert out.returncode == 0, out.stderr
     accuracy = float(out.stdout.strip().splitlines()[-1].split()[-1])
     assert accuracy > 0.85, out.stdout
+
+
+def _ddp_rank(rank: int, world: int, init: str, path: str, out: str) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    import cntkio
+    import cntkio.torch as ct
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        d = cntkio.CTFDeserializer(path, StreamDefs(a=StreamDef(field="a", shape=2)), chunkSizeInBytes=60)
+        ds = ct.IterableDataset(d, batch_size=4, seed=3, with_keys=True)
+        keys = [k for b in ds for k in b["keys"].tolist()]
+        with open(f"{out}.{rank}", "w") as f:
+            json.dump({"rank": ds.rank, "world": ds.world_size, "keys": keys}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_torch_distributed_ranks(torch, tmp_path):
+    """Two processes in a gloo process group: the dataset takes rank and world size from torch.distributed."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    path = data(tmp_path).path
+    out = str(tmp_path / "ranks")
+    init = f"file://{tmp_path / 'pg'}"
+    mp.start_processes(_ddp_rank, args=(2, init, path, out), nprocs=2, join=True, start_method="spawn")
+    results = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(2)]
+    assert [(r["rank"], r["world"]) for r in results] == [(0, 2), (1, 2)]
+    a, b = set(results[0]["keys"]), set(results[1]["keys"])
+    assert not a & b and a | b == set(range(50))

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    pool::init();
     // Rust `log` records go to Python's `logging` (logger names follow the Rust module paths, e.g.
     // `cntkio.cbf`). Loggers are cached, levels are not, so `logging` configuration changes apply.
     let _ = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::Loggers)?.install();
