@@ -40,6 +40,9 @@ struct CbfChunk {
 enum Bytes {
     /// Read into an owned buffer.
     Owned(Vec<u8>),
+    /// Read into the first `len` bytes of an anonymous map (in huge pages where the system allows:
+    /// cheaper to fault in, and fewer TLB misses when minibatches read it at random).
+    Anon(memmap2::MmapMut, usize),
     /// The chunk's range of a mapped file.
     Mapped(Arc<CbfFile>, Range<usize>),
 }
@@ -101,6 +104,7 @@ impl SourceChunk {
             Repr::Cbf(c) => {
                 let bytes = match &c.bytes {
                     Bytes::Owned(v) => &v[..],
+                    Bytes::Anon(m, len) => &m[..*len],
                     Bytes::Mapped(f, r) => &f.mapped_bytes().expect("a mapped chunk's file stays mapped")[r.clone()],
                 };
                 ChunkView::Cbf(bytes, &c.streams)
@@ -120,34 +124,62 @@ impl SourceChunk {
     }
 
     /// Takes the owned byte buffer back, for reuse.
-    fn into_buffer(self) -> Option<Vec<u8>> {
+    fn into_buffer(self) -> Option<Bytes> {
         match self.repr {
-            Repr::Cbf(CbfChunk { bytes: Bytes::Owned(v), .. }) => Some(v),
+            Repr::Cbf(CbfChunk { bytes: b @ (Bytes::Owned(_) | Bytes::Anon(..)), .. }) => Some(b),
             _ => None,
         }
     }
 
-    /// Loads chunk `k` of a CBF file, keeping its records undecoded (in `spare`'s buffer when the file is
-    /// not mapped). A chunk the decoder would refuse (or that the fast check does not accept) is decoded
-    /// instead, so that errors are exactly the decoder's.
+    /// Loads chunk `k` of a CBF file, keeping its records undecoded: borrowed from the map when the file
+    /// is mapped, else read into a buffer (`spare`'s if it is large enough). A chunk the decoder would
+    /// refuse (or that the fast check does not accept) is decoded instead, so that errors are exactly the
+    /// decoder's.
     pub(crate) fn load_cbf(file: &Arc<CbfFile>, k: usize, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
-        let mut buf = spare.and_then(SourceChunk::into_buffer).unwrap_or_default();
-        let walked = {
-            let bytes = file.chunk_bytes(k, &mut buf)?;
-            walk_cbf(file, k, bytes)
-        };
-        let Some((streams, max_len, has_empty)) = walked.filter(|_| buf.len() <= u32::MAX as usize || file.is_mapped())
-        else {
-            return Ok(SourceChunk::from_data(Arc::new(file.read_chunk(k)?)));
-        };
-        let bytes = if file.is_mapped() {
-            let r = file.header().chunk_range(k).expect("chunk_bytes checked the chunk");
-            Bytes::Mapped(file.clone(), r.start as usize..r.end as usize)
+        let walked = if file.is_mapped() {
+            let mut unused = Vec::new();
+            let bytes = file.chunk_bytes(k, &mut unused)?;
+            walk_cbf(file, k, bytes).map(|w| {
+                let r = file.header().chunk_range(k).expect("chunk_bytes checked the chunk");
+                (Bytes::Mapped(file.clone(), r.start as usize..r.end as usize), w)
+            })
         } else {
-            Bytes::Owned(buf)
+            let len = file.chunk_len(k)?;
+            let mut buf = match spare.and_then(SourceChunk::into_buffer) {
+                Some(Bytes::Anon(m, _)) if m.len() >= len => Bytes::Anon(m, len),
+                Some(Bytes::Owned(mut v)) => {
+                    v.resize(len, 0);
+                    Bytes::Owned(v)
+                }
+                _ => anon(len).map_or_else(|| Bytes::Owned(vec![0; len]), |m| Bytes::Anon(m, len)),
+            };
+            let dst = match &mut buf {
+                Bytes::Anon(m, len) => &mut m[..*len],
+                Bytes::Owned(v) => &mut v[..],
+                Bytes::Mapped(..) => unreachable!("not mapped"),
+            };
+            file.read_chunk_bytes(k, dst)?;
+            walk_cbf(file, k, dst).map(|w| (buf, w))
+        };
+        let Some((bytes, (streams, max_len, has_empty))) = walked else {
+            return Ok(SourceChunk::from_data(Arc::new(file.read_chunk(k)?)));
         };
         Ok(SourceChunk { repr: Repr::Cbf(CbfChunk { bytes, streams }), max_len, has_empty })
     }
+}
+
+/// An anonymous map of at least `len` bytes (rounded up to 2 MiB), in transparent huge pages if the system
+/// allows them for maps that ask; `None` if it cannot be made.
+fn anon(len: usize) -> Option<memmap2::MmapMut> {
+    const HUGE: usize = 2 << 20;
+    let size = len.checked_add(HUGE - 1)? / HUGE * HUGE;
+    let m = memmap2::MmapMut::map_anon(size).ok()?;
+    #[cfg(target_os = "linux")]
+    {
+        // A hint: without it (or without THP) the map has ordinary pages.
+        let _ = m.advise(memmap2::Advice::HugePage);
+    }
+    Some(m)
 }
 
 /// Reads the records of chunk `k` (its `bytes`), checking everything the decoder checks; `None` if

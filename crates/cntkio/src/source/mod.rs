@@ -254,6 +254,12 @@ pub struct MinibatchSource {
     slot_of: Vec<u32>,
     /// Where each sequence of a minibatch starts, per stream.
     locs: Vec<usize>,
+    /// The second half of a minibatch, assembled by another thread, and its scratch.
+    part: Vec<StreamData>,
+    part_locs: Vec<usize>,
+    /// The thread assembling second halves (started at the first large minibatch; `Some(None)` if it
+    /// could not be started).
+    helper: Option<Option<rayon::ThreadPool>>,
 }
 
 impl std::fmt::Debug for MinibatchSource {
@@ -301,6 +307,9 @@ impl MinibatchSource {
             held: Vec::new(),
             slot_of: Vec::new(),
             locs: Vec::new(),
+            part: Vec::new(),
+            part_locs: Vec::new(),
+            helper: None,
         };
         s.enumerator.start_epoch(&s.config.epoch())?;
         Ok(s)
@@ -446,33 +455,46 @@ impl MinibatchSource {
                 }
             }
         }
-        // Bring every sequence's values into the cache with independent loads, then copy.
-        let ns = batch.data.streams.len();
-        self.locs.clear();
-        for p in picks {
-            let v = view(p);
-            self.locs.extend((0..ns).map(|st| v.locate(st, p.index as usize)));
-        }
-        let mut acc = 0u64;
-        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns)) {
-            let v = view(p);
-            for (st, &a) in at.iter().enumerate() {
-                v.touch_first(st, a, &mut acc);
-            }
-        }
-        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns)) {
-            let v = view(p);
-            for (st, &a) in at.iter().enumerate() {
-                v.touch_rest(st, p.index as usize, a, &mut acc);
-            }
-        }
-        std::hint::black_box(acc);
         batch.data.keys.extend(picks.iter().map(|p| p.key));
         batch.data.num_samples.extend(picks.iter().map(|p| p.num_samples));
-        for (st, dst) in batch.data.streams.iter_mut().enumerate() {
-            for p in picks {
-                view(p).append(st, p.index as usize, dst);
-            }
+        let slot_of = &self.slot_of[..];
+        if self.loader.threads() == 0 || picks.len() < PARALLEL_PICKS {
+            fill(picks, &views, slot_of, &mut batch.data.streams, &mut self.locs);
+            return Ok(());
+        }
+        // Two halves at once: the second into `part` on a pool thread, then appended.
+        let (a, b) = picks.split_at(picks.len() / 2);
+        let part = &mut self.part;
+        let views = &views;
+        let locs = &mut self.locs;
+        if part.len() != batch.data.streams.len() {
+            *part = batch
+                .data
+                .streams
+                .iter()
+                .map(|s| StreamData::new(s.format(), s.dim, s.values.element_type()))
+                .collect();
+        }
+        part.iter_mut().for_each(StreamData::clear);
+        let part_locs = &mut self.part_locs;
+        let pool = self.helper.get_or_insert_with(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .thread_name(|_| "cntkio-assemble".into())
+                .build()
+                .map_err(|e| log::warn!("no minibatch assembly thread: {e}"))
+                .ok()
+        });
+        let Some(pool) = pool else {
+            fill(picks, views, slot_of, &mut batch.data.streams, locs);
+            return Ok(());
+        };
+        pool.in_place_scope(|s| {
+            s.spawn(|_| fill(b, views, slot_of, part, part_locs));
+            fill(a, views, slot_of, &mut batch.data.streams, locs);
+        });
+        for (dst, src) in batch.data.streams.iter_mut().zip(self.part.iter()) {
+            append_stream(dst, src);
         }
         Ok(())
     }
@@ -529,6 +551,60 @@ impl MinibatchSource {
         self.planner.reset();
         Ok(())
     }
+}
+
+/// Minibatches with at least this many sequences are assembled by two threads.
+const PARALLEL_PICKS: usize = 64;
+
+/// Appends the sequences of `picks` to `dst` (one entry per stream): first brings every sequence's values
+/// into the cache with independent loads (locate, first line, other lines), then copies.
+fn fill(
+    picks: &[Pick],
+    views: &[chunk::ChunkView<'_>],
+    slot_of: &[u32],
+    dst: &mut [StreamData],
+    locs: &mut Vec<usize>,
+) {
+    let view = |p: &Pick| views[slot_of[p.chunk as usize] as usize];
+    let ns = dst.len();
+    locs.clear();
+    for p in picks {
+        let v = view(p);
+        locs.extend((0..ns).map(|st| v.locate(st, p.index as usize)));
+    }
+    let mut acc = 0u64;
+    for (p, at) in picks.iter().zip(locs.chunks_exact(ns)) {
+        let v = view(p);
+        for (st, &a) in at.iter().enumerate() {
+            v.touch_first(st, a, &mut acc);
+        }
+    }
+    for (p, at) in picks.iter().zip(locs.chunks_exact(ns)) {
+        let v = view(p);
+        for (st, &a) in at.iter().enumerate() {
+            v.touch_rest(st, p.index as usize, a, &mut acc);
+        }
+    }
+    std::hint::black_box(acc);
+    for (st, d) in dst.iter_mut().enumerate() {
+        for p in picks {
+            view(p).append(st, p.index as usize, d);
+        }
+    }
+}
+
+/// Appends all sequences of `src` to `dst` (same layout).
+fn append_stream(dst: &mut StreamData, src: &StreamData) {
+    dst.values.extend_from(&src.values, 0..src.values.len());
+    if let (Layout::Sparse { indices, sample_offsets }, Layout::Sparse { indices: si, sample_offsets: so }) =
+        (&mut dst.layout, &src.layout)
+    {
+        indices.extend_from_slice(si);
+        let base = *sample_offsets.last().expect("starts with 0");
+        sample_offsets.extend(so[1..].iter().map(|&o| o + base));
+    }
+    let base = *dst.sequence_offsets.last().expect("starts with 0");
+    dst.sequence_offsets.extend(src.sequence_offsets[1..].iter().map(|&o| o + base));
 }
 
 /// Makes `batch` empty with the streams' layout, keeping allocations.
