@@ -159,6 +159,9 @@ fn bench(src: &mut MinibatchSource, mb_size: u64) -> Result<u8, Error> {
         minibatches += 1;
         samples += batch.num_declared_samples();
         sequences += batch.num_sequences() as u64;
+        if batch.end_of_sweep && std::env::var_os("DEBUG_SWEEPS").is_some() {
+            eprintln!("sweep end at {:?}", t.elapsed());
+        }
     }
     let secs = t.elapsed().as_secs_f64();
     let line = serde_json::json!({

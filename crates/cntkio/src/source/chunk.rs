@@ -52,8 +52,53 @@ pub(crate) struct RawStream {
     sparse: bool,
     dim: usize,
     f64: bool,
-    /// Offset of each sequence's record in the chunk's bytes (chunks of 4 GiB or more are decoded).
-    records: Vec<u32>,
+    /// Where each sequence's record starts in the chunk's bytes.
+    records: Records,
+}
+
+/// Record offsets of one stream of a chunk (chunks of 4 GiB or more are decoded instead).
+#[derive(Debug)]
+enum Records {
+    /// `count` records of `stride` bytes each from `first` (all of the same shape: e.g. one sample per
+    /// sequence), found by arithmetic instead of a table lookup.
+    Uniform { first: usize, stride: usize, count: usize },
+    /// Each record's offset.
+    Listed(Vec<u32>),
+}
+
+impl Records {
+    #[inline]
+    fn get(&self, seq: usize) -> usize {
+        match self {
+            Records::Uniform { first, stride, .. } => first + seq * stride,
+            Records::Listed(v) => v[seq] as usize,
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Records::Uniform { count, .. } => *count,
+            Records::Listed(v) => v.len(),
+        }
+    }
+    /// Adds the record at `pos`, keeping the uniform form while the records are evenly spaced.
+    fn push(&mut self, pos: usize) {
+        match self {
+            Records::Uniform { first, stride, count } => {
+                if *count == 0 {
+                    *first = pos;
+                } else if *count == 1 && pos > *first {
+                    *stride = pos - *first;
+                } else if pos != *first + *count * *stride {
+                    let v =
+                        (0..*count).map(|i| (*first + i * *stride) as u32).chain(std::iter::once(pos as u32)).collect();
+                    *self = Records::Listed(v);
+                    return;
+                }
+                *count += 1;
+            }
+            Records::Listed(v) => v.push(pos as u32),
+        }
+    }
 }
 
 impl SourceChunk {
@@ -200,9 +245,9 @@ fn walk_cbf(file: &CbfFile, k: usize, bytes: &[u8]) -> Option<(Vec<RawStream>, u
         let es = sh.elem_size() as usize;
         let dim = sh.dim as usize;
         let sparse = sh.format == StorageFormat::Sparse;
-        let mut records = Vec::with_capacity(s_count);
+        let mut records = Records::Uniform { first: 0, stride: 0, count: 0 };
         for _ in 0..s_count {
-            records.push(pos as u32);
+            records.push(pos);
             let n = u32_at(bytes, pos)? as usize;
             if sparse {
                 let nnz = u32_at(bytes, pos + 4)?;
@@ -278,7 +323,7 @@ impl ChunkView<'_> {
     pub(crate) fn sequence_len(&self, stream: usize, seq: usize) -> u64 {
         match self {
             ChunkView::Data(d) => d.streams[stream].sequence_len(seq),
-            ChunkView::Cbf(b, s) => u64::from(u32_le(b, s[stream].records[seq] as usize)),
+            ChunkView::Cbf(b, s) => u64::from(u32_le(b, s[stream].records.get(seq))),
         }
     }
 
@@ -291,7 +336,7 @@ impl ChunkView<'_> {
     pub(crate) fn locate(&self, stream: usize, seq: usize) -> usize {
         match self {
             ChunkView::Data(d) => d.streams[stream].sequence_offsets[seq] as usize,
-            ChunkView::Cbf(_, s) => s[stream].records[seq] as usize,
+            ChunkView::Cbf(_, s) => s[stream].records.get(seq),
         }
     }
 
@@ -348,7 +393,7 @@ impl ChunkView<'_> {
             ChunkView::Data(d) => super::append_sequence(dst, &d.streams[stream], seq),
             ChunkView::Cbf(b, streams) => {
                 let s = &streams[stream];
-                let rec = s.records[seq] as usize;
+                let rec = s.records.get(seq);
                 let n = u32_le(b, rec) as usize;
                 let es = if s.f64 { 8 } else { 4 };
                 if s.sparse {

@@ -260,23 +260,27 @@ pub struct MinibatchSource {
     /// The thread assembling second halves (started at the first large minibatch; `Some(None)` if it
     /// could not be started).
     helper: Option<Option<rayon::ThreadPool>>,
+    /// The run has started (at the first minibatch or restore).
+    started: bool,
 }
 
 impl std::fmt::Debug for MinibatchSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MinibatchSource")
             .field("config", &self.config)
-            .field("position", &self.enumerator.get_state())
+            .field("position", &self.position())
             .field("minibatches", &self.minibatches)
             .finish()
     }
 }
 
 impl MinibatchSource {
-    /// A source over `source`, positioned at the start of the run.
+    /// A source over `source`, positioned at the start of the run. Nothing is loaded and no thread starts
+    /// here: the run starts (sweep 0 is shuffled, while the first chunks load) at the first minibatch or
+    /// [`restore`](Self::restore), where errors of the deserializer's sequence lists surface.
     ///
     /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no chunks, samples or sequences in the
-    /// data, `workers == 0` or `rank >= workers`, and errors of the deserializer.
+    /// data, `workers == 0` or `rank >= workers`.
     pub fn new(source: Arc<dyn Deserializer>, config: MinibatchConfig) -> Result<MinibatchSource, Error> {
         let chunks = source.chunks();
         let total_sequences = chunks.iter().map(|c| u64::from(c.num_sequences)).sum();
@@ -293,7 +297,7 @@ impl MinibatchSource {
             config.prefetch_depth(),
             config.run_end(sweep_size),
         );
-        let mut s = MinibatchSource {
+        let s = MinibatchSource {
             loader: Loader::new(source.clone(), threads),
             planner,
             source,
@@ -310,9 +314,49 @@ impl MinibatchSource {
             part: Vec::new(),
             part_locs: Vec::new(),
             helper: None,
+            started: false,
         };
-        s.enumerator.start_epoch(&s.config.epoch())?;
+        // The run starts (and sweep 0 is shuffled) at the first minibatch, so that loading the first
+        // window's chunks overlaps the shuffle; the worker configuration is checked here.
+        if s.config.workers == 0 {
+            return Err(Error::config("the number of workers must be at least 1"));
+        }
+        if s.config.rank >= s.config.workers {
+            return Err(Error::config(format!(
+                "worker rank {} is out of range for {} workers (ranks are 0-based)",
+                s.config.rank, s.config.workers
+            )));
+        }
         Ok(s)
+    }
+
+    /// Starts the run if it has not started: the position goes to the start of the run (READER.md §4.5),
+    /// after asking for the chunks read first (when `prefetch`).
+    fn start(&mut self, prefetch: bool) -> Result<(), Error> {
+        if !self.started {
+            if prefetch {
+                self.planner.reset();
+                if self.planner.plan(self.position(), &mut self.keep) {
+                    self.loader.plan(&self.keep, &[]);
+                }
+            }
+            self.enumerator.start_epoch(&self.config.epoch())?;
+            self.started = true;
+            self.planner.reset();
+        }
+        Ok(())
+    }
+
+    /// The global sample position of the next sequence (before the run starts: where it will start).
+    fn position(&self) -> u64 {
+        if self.started {
+            self.enumerator.get_state()
+        } else if self.config.randomized() && self.config.rank as usize >= self.source.chunks().len() {
+            // A worker without chunks starts at the end (READER.md §6).
+            self.config.run_end(self.sweep_size)
+        } else {
+            0
+        }
     }
 
     fn enumerator(source: &Arc<dyn Deserializer>, config: &MinibatchConfig) -> Result<Enumerator, Error> {
@@ -379,6 +423,7 @@ impl MinibatchSource {
             );
             local = 1;
         }
+        self.start(true)?;
         self.prefetch();
         let mb = self.enumerator.get_next(u64::MAX, local)?;
         prepare(batch, self.source.streams());
@@ -408,7 +453,7 @@ impl MinibatchSource {
 
     /// Tells the loader which chunks to hold from the current position on (when that changes).
     fn prefetch(&mut self) {
-        if self.planner.plan(self.enumerator.get_state(), &mut self.keep) {
+        if self.planner.plan(self.position(), &mut self.keep) {
             self.loader.plan(&self.keep, &[]);
         }
     }
@@ -503,7 +548,7 @@ impl MinibatchSource {
     pub fn state(&self) -> SourceState {
         SourceState {
             version: SourceState::VERSION,
-            position: self.enumerator.get_state(),
+            position: self.position(),
             minibatches: self.minibatches,
             sweep_size: self.sweep_size,
         }
@@ -523,6 +568,7 @@ impl MinibatchSource {
                 state.sweep_size, self.sweep_size
             )));
         }
+        self.start(false)?;
         let p = state.position;
         let epoch = self.config.epoch();
         // CNTK 2.7 (READER.md §8.3): RestoreFromCheckpoint seeks; the next GetNextMinibatch restarts the run
