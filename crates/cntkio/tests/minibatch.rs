@@ -370,6 +370,7 @@ fn run_cntkio(job: &Value) -> Value {
         cntk_restore_quirk: job["quirk"].as_bool().unwrap(),
         threads: job["threads"].as_u64().map(|t| t as usize),
         prefetch: job["prefetch"].as_u64().map(|t| t as usize),
+        truncation_length: 0,
     };
     let mb = job["mb"].as_u64().unwrap();
     let limit = job["max_mbs"].as_u64().unwrap();
@@ -917,4 +918,221 @@ fn order_dependent_sources_load_on_demand() {
     assert!(r.load_order_matters());
     let s = MinibatchSource::new(r, MinibatchConfig { threads: Some(4), ..MinibatchConfig::default() }).unwrap();
     assert_eq!(s.loader_threads(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Truncated BPTT (READER.md §5.3). The Python model does not cover it: the expected minibatches come from
+// the spec's description, run over the sequences a twin source without BPTT hands out one request at a
+// time (global ∞, local 1: minibatch size 1).
+
+/// A sequence held in a row of the model: key, length, end-of-sweep flag of its request, dense samples
+/// per stream.
+type Held = (u64, usize, bool, Vec<Vec<Vec<f64>>>);
+
+/// One expected BPTT minibatch: (keys, fragment lengths, fragments, per stream the dense samples in
+/// fragment order, end of sweep, end of run).
+type Expected = (Vec<u64>, Vec<u32>, Vec<cntkio::source::Fragment>, Vec<Vec<Vec<f64>>>, bool, bool);
+
+fn dense_samples(b: &Batch, st: usize, seq: usize) -> Vec<Vec<f64>> {
+    let d = &b.data.streams[st];
+    d.sequence_samples(seq)
+        .map(|k| {
+            let mut v = vec![0.0; d.dim];
+            for i in d.sample_value_range(k) {
+                match &d.layout {
+                    Layout::Dense => v[i - k as usize * d.dim] = d.values.get_f64(i),
+                    Layout::Sparse { indices, .. } => v[indices[i] as usize] = d.values.get_f64(i),
+                }
+            }
+            v
+        })
+        .collect()
+}
+
+fn bptt_model(d: &Arc<dyn Deserializer>, conf: &MinibatchConfig, mb: u64, tau: u64, limit: usize) -> Vec<Expected> {
+    let mut twin = MinibatchSource::new(d.clone(), MinibatchConfig { truncation_length: 0, ..conf.clone() }).unwrap();
+    let p = (mb / tau).max(1);
+    let w = u64::from(conf.workers);
+    let rows = p / w + u64::from(u64::from(conf.rank) < p % w);
+    let mut queues: Vec<std::collections::VecDeque<Held>> = vec![Default::default(); rows as usize];
+    let mut cursors = vec![0usize; rows as usize];
+    let mut done = false;
+    let mut out = Vec::new();
+    while out.len() < limit {
+        for (q, &c) in queues.iter_mut().zip(&cursors) {
+            while !done && q.iter().map(|h| h.1).sum::<usize>() - c <= tau as usize {
+                match twin.next_minibatch(1).unwrap() {
+                    Some(b) => {
+                        for i in 0..b.num_sequences() {
+                            let data: Vec<Vec<Vec<f64>>> =
+                                (0..b.data.streams.len()).map(|st| dense_samples(&b, st, i)).collect();
+                            q.push_back((b.data.keys[i], data[0].len(), b.end_of_sweep, data));
+                        }
+                        done |= b.end_of_run;
+                    }
+                    None => done = true,
+                }
+            }
+        }
+        if queues.iter().all(|q| q.is_empty()) {
+            break;
+        }
+        let ns = d.streams().len();
+        let (mut keys, mut lens, mut frags, mut data, mut eos) = (vec![], vec![], vec![], vec![vec![]; ns], false);
+        for (r, (q, c)) in queues.iter_mut().zip(cursors.iter_mut()).enumerate() {
+            let n = (tau as usize).min(q.iter().map(|h| h.1).sum::<usize>() - *c);
+            let mut col = 0;
+            while col < n {
+                let (key, len, e, samples) = q.front().unwrap().clone();
+                let take = (len - *c).min(n - col);
+                keys.push(key);
+                lens.push(take as u32);
+                frags.push(cntkio::source::Fragment {
+                    row: r as u32,
+                    column: col as u64,
+                    offset: *c as u64,
+                    sequence_len: len as u64,
+                });
+                for st in 0..ns {
+                    data[st].extend(samples[st][*c..*c + take].iter().cloned());
+                }
+                col += take;
+                *c += take;
+                if *c == len {
+                    eos |= e;
+                    q.pop_front();
+                    *c = 0;
+                }
+            }
+        }
+        let eor = queues.iter().all(|q| q.is_empty());
+        out.push((keys, lens, frags, data, eos, eor));
+    }
+    out
+}
+
+fn bptt_actual(b: &Batch) -> Expected {
+    let ns = b.data.streams.len();
+    let data =
+        (0..ns).map(|st| (0..b.num_sequences()).flat_map(|i| dense_samples(b, st, i)).collect::<Vec<_>>()).collect();
+    let l = b.bptt.as_ref().expect("a BPTT layout");
+    (b.data.keys.clone(), b.data.num_samples.clone(), l.fragments.clone(), data, b.end_of_sweep, b.end_of_run)
+}
+
+#[test]
+fn bptt_worked_example() {
+    let dir = tempfile::tempdir().unwrap();
+    // Sequences 0..4 of 3, 1, 2, 4 and 1 samples; M = 4, τ = 2: two rows.
+    let text = "0 |a 1 |b 0:1\n0 |a 2 |b 1:1\n0 |a 3 |b 2:1\n1 |a 4 |b 0:1\n2 |a 5 |b 1:2\n2 |a 6 |b 2:2\n\
+                3 |a 7 |b 0:3\n3 |a 8 |b 0:3\n3 |a 9 |b 0:3\n3 |a 10 |b 0:3\n4 |a 11 |b 1:4\n";
+    let d = ctf(&write(dir.path(), "b.ctf", text), &[("a", true, 1, false), ("b", false, 3, false)], 1 << 20);
+    let conf = MinibatchConfig { truncation_length: 2, ..cfg(false, Window::Chunks(128), 0, RunLength::Sweeps(1)) };
+    let mut s = MinibatchSource::new(d.clone(), conf.clone()).unwrap();
+    assert!(s.streams().iter().all(|st| st.format == StorageFormat::Dense));
+    let bs = drain(&mut s, 4, 100);
+    let f = |row, column, offset, sequence_len| cntkio::source::Fragment { row, column, offset, sequence_len };
+    // Row 0 holds 0 then 3; row 1 holds 1, 2, then 4 (fetched by the request reaching the sweep's end).
+    let want = [
+        (vec![0, 1, 2], vec![f(0, 0, 0, 3), f(1, 0, 0, 1), f(1, 1, 0, 2)], false),
+        (vec![0, 3, 2, 4], vec![f(0, 0, 2, 3), f(0, 1, 0, 4), f(1, 0, 1, 2), f(1, 1, 0, 1)], true),
+        (vec![3], vec![f(0, 0, 1, 4)], false),
+        (vec![3], vec![f(0, 0, 3, 4)], false),
+    ];
+    assert_eq!(bs.len(), want.len());
+    for (b, (k, frags, eos)) in bs.iter().zip(&want) {
+        assert_eq!(&b.data.keys, k);
+        assert_eq!(&b.bptt.as_ref().unwrap().fragments, frags);
+        assert_eq!(b.end_of_sweep, *eos);
+        assert_eq!((b.bptt.as_ref().unwrap().rows, b.bptt.as_ref().unwrap().columns), (2, 2));
+    }
+    assert!(bs[3].end_of_run && !bs[2].end_of_run);
+    assert_eq!(bs[1].data.streams[0].values, Values::F32(vec![3., 7., 6., 11.]));
+    // Sparse streams are densified.
+    assert_eq!(bs[0].data.streams[1].values, Values::F32(vec![1., 0., 0., 0., 1., 0., 1., 0., 0., 0., 2., 0.]));
+    assert!(s.next_minibatch(4).unwrap().is_none());
+    // CNTK's errors.
+    let e = MinibatchSource::new(d.clone(), MinibatchConfig { frame_mode: true, ..conf.clone() }).unwrap_err();
+    assert!(e.to_string().contains("truncation and frame mode are mutually exclusive"), "{e}");
+    let mut w = MinibatchSource::new(d.clone(), MinibatchConfig { workers: 3, ..conf.clone() }).unwrap();
+    assert!(w.next_minibatch(4).unwrap_err().to_string().contains("Too many workers"));
+    let uneven = ctf(
+        &write(dir.path(), "u.ctf", "0 |a 1 |b 0:1\n0 |a 2\n"),
+        &[("a", true, 1, false), ("b", false, 3, false)],
+        1 << 20,
+    );
+    let e = MinibatchSource::new(uneven, conf).unwrap().next_minibatch(4).unwrap_err();
+    assert!(
+        e.to_string().contains("For BPTT sequences between different input stream should have the same length"),
+        "{e}"
+    );
+}
+
+/// Random files and options: BPTT minibatches as READER.md §5.3 describes them, restores from every
+/// checkpoint continue exactly, and changing the minibatch size empties the rows.
+#[test]
+fn bptt_matches_the_spec_and_restores_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0xb977);
+    let streams = [("a", true, 2, false), ("b", false, 5, false)];
+    let mut cases = 0;
+    for i in 0..60 {
+        let n = 1 + rng.below(30);
+        let mut text = String::new();
+        for id in 0..n {
+            for _ in 0..1 + rng.below(6) {
+                text += &format!("{id} |a {} {} |b {}:{}\n", rng.below(50), id, rng.below(5), 1 + rng.below(9));
+            }
+        }
+        let path = write(dir.path(), &format!("t{i}.ctf"), &text);
+        let d = ctf(&path, &streams, [30, 100, 1 << 20][rng.below(3) as usize]);
+        let randomize = rng.below(3) != 0;
+        let window =
+            if rng.below(2) == 0 { Window::Chunks(1 + rng.below(4)) } else { Window::Samples(1 + rng.below(20)) };
+        let run_length =
+            if rng.below(3) == 0 { RunLength::Samples(1 + rng.below(60)) } else { RunLength::Sweeps(1 + rng.below(3)) };
+        let tau = 1 + rng.below(5);
+        let mb = 1 + rng.below(12);
+        let p = (mb / tau).max(1);
+        let workers = 1 + rng.below(p.min(3)) as u32;
+        let conf = MinibatchConfig {
+            workers,
+            rank: rng.below(u64::from(workers)) as u32,
+            truncation_length: tau,
+            threads: Some(rng.below(3) as usize),
+            ..cfg(randomize, window, rng.below(3), run_length)
+        };
+        let want = bptt_model(&d, &conf, mb, tau, 500);
+        let mut s = MinibatchSource::new(d.clone(), conf.clone()).unwrap();
+        let got = drain(&mut s, mb, 500);
+        let what = format!("case {i}: {conf:?} mb {mb}");
+        assert_eq!(got.iter().map(bptt_actual).collect::<Vec<_>>(), want, "{what}");
+        // Restore from every checkpoint, into fresh sources and in place.
+        let mut first = MinibatchSource::new(d.clone(), conf.clone()).unwrap();
+        for at in 0..=got.len() {
+            let state = cntkio::source::SourceState::from_json(&first.state().to_json()).unwrap();
+            let mut r = MinibatchSource::new(d.clone(), conf.clone()).unwrap();
+            r.restore(&state).unwrap();
+            assert!(drain(&mut r, mb, 500) == got[at..], "{what}: restored after {at}");
+            if at < got.len() {
+                assert!(first.next_minibatch(mb).unwrap().unwrap() == got[at], "{what}");
+            }
+        }
+        cases += usize::from(!got.is_empty());
+    }
+    assert!(cases > 40, "{cases}");
+}
+
+/// A new minibatch size empties the rows (CNTK recreates its buffers); the sequences held are lost.
+#[test]
+fn bptt_new_minibatch_size_starts_new_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = (0..6).flat_map(|i| (0..3).map(move |j| format!("{i} |a {}\n", 10 * i + j))).collect();
+    let d = ctf(&write(dir.path(), "r.ctf", &text), &[("a", true, 1, false)], 1 << 20);
+    let conf = MinibatchConfig { truncation_length: 2, ..cfg(false, Window::Chunks(128), 0, RunLength::Sweeps(1)) };
+    let mut s = MinibatchSource::new(d, conf).unwrap();
+    let b = s.next_minibatch(4).unwrap().unwrap();
+    assert_eq!(b.data.keys, [0, 1]);
+    let b = s.next_minibatch(2).unwrap().unwrap();
+    // The rest of 0 and 1 is dropped with the rows; one row now, starting with the next sequence.
+    assert_eq!((b.data.keys.clone(), b.bptt.as_ref().unwrap().rows), (vec![2], 1));
 }

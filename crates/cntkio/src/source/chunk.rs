@@ -318,6 +318,14 @@ pub(crate) enum ChunkView<'a> {
 }
 
 impl ChunkView<'_> {
+    /// Number of sequences.
+    pub(crate) fn num_sequences(&self) -> usize {
+        match self {
+            ChunkView::Data(d) => d.num_sequences(),
+            ChunkView::Cbf(_, s) => s.first().map_or(0, |s| s.records.len()),
+        }
+    }
+
     /// Number of samples of sequence `seq` in stream `stream`.
     #[inline]
     pub(crate) fn sequence_len(&self, stream: usize, seq: usize) -> u64 {
