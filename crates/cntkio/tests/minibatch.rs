@@ -1136,3 +1136,472 @@ fn bptt_new_minibatch_size_starts_new_rows() {
     // The rest of 0 and 1 is dropped with the rows; one row now, starting with the next sequence.
     assert_eq!((b.data.keys.clone(), b.bptt.as_ref().unwrap().rows), (vec![2], 1));
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// CNTK's reader tests (shared/conformance/cntk, INDEX.md) through the V2 source. The control files were
+// written by the legacy epoch loop; epoch e = [e·E, (e+1)·E) is a V2 run ending at (e+1)·E restored to
+// e·E (the legacy epoch start seeks there, READER.md §4.5, §8.2). With one worker the legacy limits
+// (global = local = M, no minibatch across a sweep end) give the same minibatches as V2's in every case
+// below: none has a minibatch crossing a sweep end inside an epoch. At most 10 minibatches per epoch are
+// written, each stream time-major over CNTK's first-fit layout, values as `%g`.
+
+fn conformance_data(dir: &str, name: &str) -> PathBuf {
+    common::shared_dir().join("conformance/cntk/Data").join(dir).join(name)
+}
+
+/// A conformance stream: (name, alias, dense, dim, definesMBSize).
+type CS = (&'static str, &'static str, bool, usize, bool);
+
+fn conformance_ctf(file: &str, streams: &[CS], double: bool, chunk: u64, skip_ids: bool) -> Arc<dyn Deserializer> {
+    let t = if double { cntkio::ElementType::F64 } else { cntkio::ElementType::F32 };
+    let schema = Schema::new(
+        streams
+            .iter()
+            .map(|&(n, a, dense, dim, mb)| {
+                StreamSpec::new(n, dim, if dense { StorageFormat::Dense } else { StorageFormat::Sparse })
+                    .alias(a)
+                    .element_type(t)
+                    .defines_mb_size(mb)
+            })
+            .collect(),
+    )
+    .unwrap();
+    let opts = CtfOptions { chunk_size: chunk, skip_sequence_ids: skip_ids, ..CtfOptions::default() };
+    Arc::new(CtfReader::open(conformance_data("CNTKTextFormatReader", file), &schema, &opts).unwrap())
+}
+
+/// Appends one minibatch as the test helper writes it.
+fn write_packed(b: &Batch, streams: &[StreamSpec], names: &[&str], out: &mut Vec<String>) {
+    for name in names {
+        let si = streams.iter().position(|s| s.name == *name).unwrap_or_else(|| panic!("no stream {name}"));
+        let d = &b.data.streams[si];
+        let lens: Vec<u64> = (0..d.num_sequences()).map(|i| d.sequence_len(i)).collect();
+        let (width, rows, place) = common::layout_packed(&lens);
+        let mut cell = std::collections::HashMap::new();
+        for (q, &(row, t0)) in place.iter().enumerate() {
+            for t in 0..lens[q] {
+                cell.insert((t0 + t, row), (q, t));
+            }
+        }
+        for t in 0..width {
+            for row in 0..rows {
+                let Some(&(q, k)) = cell.get(&(t, row)) else { continue };
+                let v = &dense_samples(b, si, q)[k as usize];
+                out.push(v.iter().map(|&x| common::fmt_g(x)).collect::<Vec<_>>().join(" "));
+            }
+        }
+    }
+}
+
+/// The legacy epoch loop over V2 sources: `window` in chunks (None: no randomization), seed 0.
+fn v2_epochs(
+    d: &Arc<dyn Deserializer>,
+    names: &[&str],
+    epoch_size: u64,
+    mb: u64,
+    epochs: u64,
+    window: Option<u64>,
+) -> Result<Vec<String>, cntkio::Error> {
+    let mut out = Vec::new();
+    for e in 0..epochs {
+        let conf = MinibatchConfig {
+            randomize: window.is_some(),
+            window: Window::Chunks(window.unwrap_or(0)),
+            run_length: RunLength::Samples((e + 1) * epoch_size),
+            cntk_restore_quirk: true,
+            ..MinibatchConfig::default()
+        };
+        let mut s = MinibatchSource::new(d.clone(), conf)?;
+        if e > 0 {
+            let state = cntkio::source::SourceState {
+                version: 1,
+                position: e * epoch_size,
+                minibatches: 0,
+                sweep_size: s.sweep_size(),
+                bptt: None,
+            };
+            s.restore(&state)?;
+        }
+        for _ in 0..10 {
+            let Some(b) = s.next_minibatch(mb)? else { break };
+            write_packed(&b, s.streams(), names, &mut out);
+            if b.end_of_run {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn check_control(name: &str, got: Result<Vec<String>, cntkio::Error>, control: &str) {
+    let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+    let path = common::shared_dir().join("conformance/cntk/Control/CNTKTextFormatReader").join(control);
+    let text = std::fs::read_to_string(path).unwrap();
+    let want: Vec<&str> = text.split_whitespace().collect();
+    let joined = got.join(" ");
+    let got: Vec<&str> = joined.split_whitespace().collect();
+    assert!(!want.is_empty(), "{name}");
+    if got != want {
+        let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+        panic!("{name}: differs from {control} at token {at} ({} vs {} tokens)", got.len(), want.len());
+    }
+}
+
+#[test]
+fn cntk_reader_control_files_through_the_v2_source() {
+    if !common::shared_dir().join("conformance/cntk/INDEX.md").is_file() {
+        eprintln!("note: shared/conformance/cntk not found; skipping.");
+        return;
+    }
+    const M32: u64 = 32 << 20;
+    let w = |chunk: u64| Some((1u64 << 32) / chunk);
+    for dmb in [false, true] {
+        let c = |f: &str, st: &[CS], double: bool, chunk: u64| conformance_ctf(f, st, double, chunk, false);
+        let t = |n: &str| format!("{n}[defMBSize={dmb}]");
+        let st: &[CS] = &[("features", "F", true, 2, dmb), ("labels", "L", true, 2, false)];
+        let d = c("Simple_dense.txt", st, false, M32);
+        check_control(
+            &t("Simple_dense"),
+            v2_epochs(&d, &["features", "labels"], 1000, 250, 10, None),
+            "Simple_dense.txt",
+        );
+        check_control(
+            &t("Simple_dense_single_stream"),
+            v2_epochs(&d, &["features"], 1000, 250, 10, None),
+            "Simple_dense_single_stream.txt",
+        );
+        let st: &[CS] = &[("features", "F", true, 784, false), ("labels", "L", true, 10, dmb)];
+        let d = c("MNIST_dense.txt", st, true, 10000);
+        check_control(
+            &t("MNIST_dense"),
+            v2_epochs(&d, &["features", "labels"], 1000, 1000, 1, None),
+            "MNIST_dense.txt",
+        );
+        let st: &[CS] = &[("features", "F", true, 10000, dmb)];
+        let d = c("1x1_dense.txt", st, true, M32);
+        check_control(&t("1x1_1_dense"), v2_epochs(&d, &["features"], 1, 1, 1, w(M32)), "1x1_1_dense.txt");
+        check_control(&t("1x1_2_dense"), v2_epochs(&d, &["features"], 2, 1, 3, w(M32)), "1x1_2_dense.txt");
+        let st: &[CS] = &[("features", "F0", true, 10, dmb)];
+        let d = c("1x10_dense.txt", st, false, M32);
+        check_control(&t("1x10_dense"), v2_epochs(&d, &["features"], 10, 10, 1, w(M32)), "1x10_dense.txt");
+        let st: &[CS] = &[
+            ("features1", "F1", true, 1, dmb),
+            ("features2", "F2", true, 10, false),
+            ("features3", "F3", true, 100, false),
+            ("features4", "F4", true, 1000, false),
+            ("labels1", "L1", true, 1, false),
+            ("labels2", "L2", true, 10, false),
+            ("labels3", "L3", true, 100, false),
+        ];
+        let names = ["features1", "features2", "features3", "features4", "labels1", "labels2", "labels3"];
+        let d = c("10x1_MI_dense.txt", st, false, 50000);
+        check_control(&t("10x1_MI_2_dense"), v2_epochs(&d, &names, 7, 3, 3, w(50000)), "10x1_MI_2_dense.txt");
+        check_control(&t("1x10_MI_1_dense"), v2_epochs(&d, &names, 10, 1, 3, w(50000)), "10x1_MI_1_dense.txt");
+        let st: &[CS] = &[("features", "F0", true, 5, dmb)];
+        let d = c("10x10_dense.txt", st, false, M32);
+        check_control(&t("10x10_dense"), v2_epochs(&d, &["features"], 100, 100, 1, None), "10x10_dense.txt");
+        let st: &[CS] = &[("features", "F", true, 100, false), ("labels", "L", true, 100, dmb)];
+        let d = c("100x1_dense.txt", st, true, 10000);
+        let fl = ["features", "labels"];
+        check_control(&t("100x1_1_dense"), v2_epochs(&d, &fl, 10, 1, 10, w(10000)), "100x1_1_dense.txt");
+        check_control(&t("100x1_2_dense"), v2_epochs(&d, &fl, 5, 3, 4, w(10000)), "100x1_2_dense.txt");
+        let st: &[CS] = &[("features", "F0", true, 3, dmb)];
+        let d = c("50x20_jagged_sequences_dense.txt", st, true, M32);
+        check_control(
+            &t("50x20_jagged_sequences_dense"),
+            v2_epochs(&d, &["features"], 508, 508, 1, None),
+            "50x20_jagged_sequences_dense.txt",
+        );
+        for (file, dim, double, es, window) in [
+            ("1x1_sparse.txt", 10000, false, 1, w(M32)),
+            ("1x2_sparse.txt", 1000, false, 2, w(M32)),
+            ("1x10_sparse.txt", 100, true, 10, w(M32)),
+            ("10x10_sparse.txt", 100, true, 100, None),
+        ] {
+            let d = c(file, &[("features", "F0", false, dim, dmb)], double, M32);
+            check_control(&t(file), v2_epochs(&d, &["features"], es, es, 1, window), file);
+        }
+        let st: &[CS] = &[
+            ("features1", "F0", false, 2, dmb),
+            ("features2", "F1", false, 20, false),
+            ("features3", "F2", false, 200, false),
+        ];
+        let f3 = ["features1", "features2", "features3"];
+        let d = c("3x5_MI_sparse.txt", st, false, M32);
+        check_control(&t("3x5_MI_sparse"), v2_epochs(&d, &f3, 15, 15, 1, None), "3x5_MI_sparse.txt");
+        let d = c("20x10_MI_jagged_samples_sparse.txt", st, false, M32);
+        check_control(
+            &t("20x10_MI_jagged_samples_sparse"),
+            v2_epochs(&d, &f3, 200, 200, 1, None),
+            "20x10_MI_jagged_samples_sparse.txt",
+        );
+        let st: &[CS] = &[
+            ("features1", "F1", true, 15, dmb),
+            ("features2", "F2", true, 12, false),
+            ("features3", "F3", true, 1, false),
+        ];
+        let d = c("space_separated.txt", st, true, M32);
+        check_control(&t("space_separated"), v2_epochs(&d, &f3, 2, 2, 1, w(M32)), "space_separated.txt");
+        let st: &[CS] = &[("features", "features", true, 1, dmb)];
+        let d = c("missing_trailing_newline.txt", st, true, M32);
+        check_control(
+            &t("missing_trailing_newline"),
+            v2_epochs(&d, &["features"], 2, 2, 1, w(M32)),
+            "missing_trailing_newline.txt",
+        );
+        if dmb {
+            let d = conformance_ctf("contains_blank_lines.txt", st, true, M32, true);
+            check_control(&t("blank_lines"), v2_epochs(&d, &["features"], 2, 2, 1, w(M32)), "blank_lines.txt");
+        }
+        let st: &[CS] = &[("features", "F0", true, 10, dmb), ("labels", "F1", false, 10, false)];
+        let d = c("empty_samples.txt", st, false, M32);
+        check_control(&t("empty_samples"), v2_epochs(&d, &fl, 6, 6, 1, None), "empty_samples.txt");
+        let st: &[CS] = &[("features", "F0", false, 100, dmb), ("labels", "F1", true, 3, false)];
+        let d = c("ref_data_with_escape_sequences.txt", st, false, M32);
+        check_control(
+            &t("ref_data_with_escape_sequences"),
+            v2_epochs(&d, &fl, 9, 9, 1, None),
+            "ref_data_with_escape_sequences.txt",
+        );
+    }
+    let d = conformance_ctf(
+        "50x20_jagged_sequences_sparse.txt",
+        &[("features", "F0", false, 100, false)],
+        false,
+        M32,
+        false,
+    );
+    check_control(
+        "50x20_jagged_sequences_sparse",
+        v2_epochs(&d, &["features"], 564, 564, 1, None),
+        "50x20_jagged_sequences_sparse.txt",
+    );
+    let d = conformance_ctf("100x100_jagged_sparse.txt", &[("features", "F0", false, 20, false)], false, M32, false);
+    check_control(
+        "100x100_jagged_sparse",
+        v2_epochs(&d, &["features"], 4887, 4887, 1, None),
+        "100x100_jagged_sparse.txt",
+    );
+    // The CBF reader tests compare with the CTF control files.
+    for (file, names, es, mb, ep, control) in [
+        ("Simple_dense.bin", &["features", "labels"][..], 1000, 250, 10, "Simple_dense.txt"),
+        ("10x10_dense.bin", &["features"][..], 100, 100, 1, "10x10_dense.txt"),
+        ("50x20_jagged_sequences_dense.bin", &["features"][..], 508, 508, 1, "50x20_jagged_sequences_dense.txt"),
+        ("10x10_sparse.bin", &["features"][..], 100, 100, 1, "10x10_sparse.txt"),
+        ("50x20_jagged_sequences_sparse.bin", &["features"][..], 564, 564, 1, "50x20_jagged_sequences_sparse.txt"),
+    ] {
+        for mmap in [false, true] {
+            let p = conformance_data("CNTKBinaryReader", file);
+            let d: Arc<dyn Deserializer> =
+                Arc::new(CbfSource::open_with(&p, &cntkio::cbf::CbfOptions::default().mmap(mmap)).unwrap());
+            check_control(&format!("{file} mmap {mmap}"), v2_epochs(&d, names, es, mb, ep, None), control);
+        }
+    }
+    // CNTKTextFormatReaderNoFirstMinibatchData: one chunk, worker 1 of 2 gets nothing.
+    let d = conformance_ctf("1x2_dense.txt", &[("features", "F0", true, 100, false)], true, M32, false);
+    let conf = MinibatchConfig { workers: 2, rank: 1, ..MinibatchConfig::default() };
+    assert!(MinibatchSource::new(d, conf).unwrap().next_minibatch(1).unwrap().is_none());
+    // The composite test: one file equals two files joined by key (V2: the composite reader's local
+    // timeline).
+    let st: &[CS] = &[("features1", "F0", true, 10, false), ("features2", "F1", true, 5, false)];
+    let one = conformance_ctf("5x10_and_5x5_jagged.txt", st, true, M32, false);
+    let two: Arc<dyn Deserializer> = Arc::new(
+        cntkio::source::Composite::new(vec![
+            conformance_ctf("5x10_jagged.txt", &st[..1], true, M32, false),
+            conformance_ctf("5x5_jagged.txt", &st[1..], true, M32, false),
+        ])
+        .unwrap(),
+    );
+    for (es, mb) in [(40, 10), (413, 21)] {
+        let a = v2_epochs(&one, &["features1", "features2"], es, mb, 3, w(M32)).unwrap();
+        assert!(!a.is_empty());
+        assert_eq!(a, v2_epochs(&two, &["features1", "features2"], es, mb, 3, w(M32)).unwrap(), "mb {mb}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The behaviours of CNTK 2.7's Python io tests (`cntk/io/tests/io_tests.py` in the cntk 2.7 wheel, listed
+// in shared/conformance/cntk/INDEX.md), on their small inline inputs.
+
+const MBDATA_DENSE_1: &str = "0  |S0 0   |S1 0\n0   |S0 1   |S1 1\n0   |S0 2\n0   |S0 3   |S1 3\n1   |S0 4\n\
+                              1   |S0 5   |S1 1\n1   |S0 6   |S1 2\n";
+const MBDATA_DENSE_2: &str = "0  |S0 0   |S1 0\n0   |S0 1   |S1 1\n0   |S0 2\n0   |S0 3   |S1 3\n0   |S0 4\n\
+                              0   |S0 5   |S1 1\n0   |S0 6   |S1 2\n";
+const MBDATA_SPARSE: &str = "0\t|x 560:1\t|y 1 0 0 0 0\n0\t|x 0:1\n0\t|x 0:1\n1\t|x 560:1\t|y 0 1 0 0 0\n\
+                             1\t|x 0:1\n1\t|x 0:1\n1\t|x 424:1\n";
+const MBDATA_SPARSE1: &str = "0\t|x 560:1\n0\t|x 0:1\n0\t|x 0:1\n1\t|x 560:1\n1\t|x 0:1\n1\t|x 0:1\n1\t|x 424:1\n";
+const MBDATA_SPARSE2: &str = "0\t|y 1 0 0 0 0\n1\t|y 0 1 0 0 0\n";
+
+/// `features` = alias `x` (sparse, 1000) and `labels` = alias `y` (dense, 5), or the S0/S1 pair.
+fn io_ctf(dir: &Path, name: &str, text: &str, streams: &[(&str, &str, bool, usize, bool)]) -> Arc<dyn Deserializer> {
+    let schema = Schema::new(
+        streams
+            .iter()
+            .map(|&(n, a, sparse, dim, mb)| {
+                StreamSpec::new(n, dim, if sparse { StorageFormat::Sparse } else { StorageFormat::Dense })
+                    .alias(a)
+                    .defines_mb_size(mb)
+            })
+            .collect(),
+    )
+    .unwrap();
+    Arc::new(CtfReader::open(write(dir, name, text), &schema, &CtfOptions::default()).unwrap())
+}
+
+/// The four-line file of the io tests' `create_temp_file` (rows without ids, no final newline).
+fn io_four(dir: &Path) -> Arc<dyn Deserializer> {
+    io_ctf(dir, "mbtest.txt", "|S0 1\n|S0 2\n|S0 3\n|S0 4", &[("features", "S0", false, 1, false)])
+}
+
+fn stream_samples(b: &Batch, name: &str, s: &MinibatchSource) -> u64 {
+    let i = s.streams().iter().position(|st| st.name == name).unwrap();
+    b.data.streams[i].num_samples()
+}
+
+#[test]
+fn io_text_format_and_minibatch_defined_by_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let xy = |mb| vec![("features", "x", true, 1000, false), ("labels", "y", false, 5, mb)];
+    let off = MinibatchConfig { randomize: false, ..MinibatchConfig::default() };
+    // test_text_format: size counts the longest stream; the labels stream has one sample per sequence.
+    let mut s = MinibatchSource::new(io_ctf(dir.path(), "a.txt", MBDATA_SPARSE, &xy(false)), off.clone()).unwrap();
+    let b = s.next_minibatch(7).unwrap().unwrap();
+    assert_eq!((b.num_sequences(), b.end_of_sweep), (2, true));
+    assert_eq!((stream_samples(&b, "features", &s), stream_samples(&b, "labels", &s)), (7, 2));
+    let longest = (0..2).map(|i| b.data.streams[0].sequence_len(i)).max();
+    assert_eq!(longest, Some(4));
+    let labels: Vec<Vec<Vec<f64>>> = (0..2).map(|i| dense_samples(&b, 1, i)).collect();
+    assert_eq!(labels, [vec![vec![1., 0., 0., 0., 0.]], vec![vec![0., 1., 0., 0., 0.]]]);
+    let b = s.next_minibatch(1).unwrap().unwrap();
+    assert!(!b.end_of_sweep && stream_samples(&b, "features", &s) < 7 && stream_samples(&b, "labels", &s) == 1);
+    // test_minibatch_defined_by_labels: one file, and the two files joined by key.
+    let one = io_ctf(dir.path(), "b.txt", MBDATA_SPARSE, &xy(true));
+    let two: Arc<dyn Deserializer> = Arc::new(
+        cntkio::source::Composite::new(vec![
+            io_ctf(dir.path(), "1", MBDATA_SPARSE1, &xy(false)[..1]),
+            io_ctf(dir.path(), "2", MBDATA_SPARSE2, &xy(true)[1..]),
+        ])
+        .unwrap(),
+    );
+    for d in [one, two] {
+        let mut s = MinibatchSource::new(d, off.clone()).unwrap();
+        let b = s.next_minibatch(2).unwrap().unwrap();
+        assert_eq!((b.num_sequences(), b.end_of_sweep), (2, true));
+        assert_eq!((stream_samples(&b, "features", &s), stream_samples(&b, "labels", &s)), (7, 2));
+        assert_eq!(dense_samples(&b, 1, 1), [vec![0., 1., 0., 0., 0.]]);
+        let b = s.next_minibatch(3).unwrap().unwrap();
+        assert_eq!((stream_samples(&b, "features", &s), stream_samples(&b, "labels", &s)), (10, 3));
+    }
+}
+
+#[test]
+fn io_full_sweep_and_large_minibatches() {
+    let dir = tempfile::tempdir().unwrap();
+    let s01 = [("features", "S0", false, 1, false), ("labels", "S1", false, 1, false)];
+    // test_full_sweep_minibatch: window of 0 chunks (no randomization), one sweep.
+    let d = io_ctf(dir.path(), "d1.txt", MBDATA_DENSE_1, &s01);
+    let conf =
+        MinibatchConfig { window: Window::Chunks(0), run_length: RunLength::Sweeps(1), ..MinibatchConfig::default() };
+    let mut s = MinibatchSource::new(d, conf).unwrap();
+    let b = s.next_minibatch(1000).unwrap().unwrap();
+    assert_eq!((b.num_sequences(), b.end_of_sweep), (2, true));
+    let seqs = |st: usize| (0..2).map(|i| dense_samples(&b, st, i).concat()).collect::<Vec<_>>();
+    assert_eq!(seqs(0), [vec![0., 1., 2., 3.], vec![4., 5., 6.]]);
+    assert_eq!(seqs(1), [vec![0., 1., 3.], vec![1., 2.]]);
+    assert!(s.next_minibatch(1000).unwrap().is_none());
+    // test_large_minibatch: one 7-row sequence (5 rows with labels), repeated forever; a minibatch of
+    // 1000 samples takes 142 whole sequences across sweeps.
+    let d = io_ctf(dir.path(), "d2.txt", MBDATA_DENSE_2, &s01);
+    let mut s =
+        MinibatchSource::new(d, MinibatchConfig { window: Window::Chunks(0), ..MinibatchConfig::default() }).unwrap();
+    let b = s.next_minibatch(1000).unwrap().unwrap();
+    assert!(b.end_of_sweep);
+    assert_eq!(b.num_sequences(), 1000 / 7);
+    assert_eq!(
+        (stream_samples(&b, "features", &s), stream_samples(&b, "labels", &s)),
+        (1000 - 1000 % 7, 5 * (1000 / 7))
+    );
+}
+
+#[test]
+fn io_max_samples_sweeps_and_seeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = io_four(dir.path());
+    let run = |run_length: RunLength, sizes: &[u64]| -> Vec<Option<(u64, bool)>> {
+        let mut s =
+            MinibatchSource::new(d.clone(), MinibatchConfig { run_length, ..MinibatchConfig::default() }).unwrap();
+        sizes
+            .iter()
+            .map(|&m| s.next_minibatch(m).unwrap().map(|b| (b.num_declared_samples(), b.end_of_sweep)))
+            .collect()
+    };
+    // test_max_samples
+    assert_eq!(run(RunLength::Samples(1), &[10, 10]), [Some((1, false)), None]);
+    // test_max_sweeps: 3 sweeps of 4 samples.
+    assert_eq!(run(RunLength::Sweeps(3), &[5, 5, 5, 1]), [Some((5, true)), Some((5, true)), Some((2, true)), None]);
+    // test_max_samples_over_several_sweeps
+    assert_eq!(run(RunLength::Samples(11), &[5, 5, 5, 1]), [Some((5, true)), Some((5, true)), Some((1, false)), None]);
+    // test_one_sweep: max_sweeps=1, max_samples=FULL_DATA_SWEEP (INFINITELY_REPEAT is no limit).
+    use cntkio::source::{FULL_DATA_SWEEP, INFINITELY_REPEAT};
+    for r in [RunLength::Sweeps(1), RunLength::Samples(FULL_DATA_SWEEP)] {
+        assert_eq!(run(r, &[100, 100]), [Some((4, true)), None], "{r:?}");
+    }
+    assert_eq!(run(RunLength::Samples(INFINITELY_REPEAT), &[100]), run(RunLength::Infinite, &[100]));
+    // test_random_seed: seed 0 is the default; sweep k is shuffled with seed + k, so a source seeded 0
+    // continues after its first sweep as a source seeded 1 starts.
+    let values = |seed: u64| -> Vec<f64> {
+        let conf = MinibatchConfig { seed, ..MinibatchConfig::default() };
+        let b = MinibatchSource::new(d.clone(), conf).unwrap().next_minibatch(100).unwrap().unwrap();
+        (0..b.num_sequences()).flat_map(|i| dense_samples(&b, 0, i).concat()).collect()
+    };
+    let (d0, d123, d1) = (values(0), values(123), values(1));
+    assert_eq!(d0.len(), 100);
+    assert_ne!(d0, d123);
+    assert_eq!(d0, values(MinibatchConfig::default().seed));
+    assert_eq!(d0[4..], d1[..96]);
+}
+
+#[test]
+fn io_compare_cbf_and_ctf() {
+    let dir = tempfile::tempdir().unwrap();
+    let s01 = vec![("features", "S0", false, 1, false), ("labels", "S1", false, 1, false)];
+    let xy = vec![("features", "x", true, 1000, false), ("labels", "y", false, 5, false)];
+    for (i, (text, streams)) in [
+        (MBDATA_DENSE_1, s01.clone()),
+        (MBDATA_DENSE_2, s01),
+        (MBDATA_SPARSE, xy.clone()),
+        (MBDATA_SPARSE1, xy[..1].to_vec()),
+        (MBDATA_SPARSE2, xy[1..].to_vec()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let c = io_ctf(dir.path(), &format!("c{i}.txt"), text, &streams);
+        // As ctf2bin.py writes it (one chunk, meta count = the longest stream).
+        let schema = Schema::new(c.streams().to_vec()).unwrap();
+        let data = cntkio_core::ctf::parse::parse_bytes(
+            text.as_bytes(),
+            &schema,
+            false,
+            &mut cntkio_core::ctf::parse::FailFast,
+        )
+        .unwrap();
+        let bin = dir.path().join(format!("c{i}.bin"));
+        let mut w = CbfWriter::create(&bin, &schema, 32 << 20).unwrap();
+        w.write(&data).unwrap();
+        w.finish().unwrap();
+        let b: Arc<dyn Deserializer> = Arc::new(CbfSource::open(&bin).unwrap());
+        for randomize in [false, true] {
+            for (mbs, size) in [(1, 1), (1, 10), (3, 100), (10, 2)] {
+                let conf = MinibatchConfig { randomize, ..MinibatchConfig::default() };
+                let x = drain(&mut MinibatchSource::new(c.clone(), conf.clone()).unwrap(), size, mbs);
+                let y = drain(&mut MinibatchSource::new(b.clone(), conf).unwrap(), size, mbs);
+                assert_eq!(x.len(), mbs);
+                for (p, q) in x.iter().zip(&y) {
+                    assert_eq!(p.data.streams, q.data.streams, "input {i}");
+                    assert_eq!((p.num_sequences(), p.end_of_sweep), (q.num_sequences(), q.end_of_sweep));
+                }
+            }
+        }
+    }
+}

@@ -81,10 +81,27 @@ pub enum RunLength {
     /// Repeat the data forever (`INFINITELY_REPEAT`, CNTK's default).
     #[default]
     Infinite,
-    /// Stop at the first sequence boundary at or after this many samples (`max_samples`).
+    /// Stop at the first sequence boundary at or after this many samples (`max_samples`;
+    /// [`FULL_DATA_SWEEP`] means one sweep and [`INFINITELY_REPEAT`] forever, as in CNTK).
     Samples(u64),
-    /// Stop after this many sweeps (`max_sweeps`).
+    /// Stop after this many sweeps (`max_sweeps`; [`INFINITELY_REPEAT`] means forever).
     Sweeps(u64),
+}
+
+/// CNTK's `INFINITELY_REPEAT` (2^64 − 1) as a number of samples or sweeps: no end.
+pub const INFINITELY_REPEAT: u64 = u64::MAX;
+/// CNTK's `FULL_DATA_SWEEP` (2^64 − 2) as a number of samples: one sweep.
+pub const FULL_DATA_SWEEP: u64 = u64::MAX - 1;
+
+impl RunLength {
+    /// With CNTK's special values resolved ([`FULL_DATA_SWEEP`], [`INFINITELY_REPEAT`]).
+    pub fn normalized(self) -> RunLength {
+        match self {
+            RunLength::Samples(INFINITELY_REPEAT) | RunLength::Sweeps(INFINITELY_REPEAT) => RunLength::Infinite,
+            RunLength::Samples(FULL_DATA_SWEEP) => RunLength::Sweeps(1),
+            r => r,
+        }
+    }
 }
 
 /// Configuration of a [`MinibatchSource`] (Python `MinibatchSource` arguments, READER.md §9.1).
@@ -163,7 +180,7 @@ impl MinibatchConfig {
 
     /// The run's end on the global timeline, for a sweep of `sweep_size` samples.
     fn run_end(&self, sweep_size: u64) -> u64 {
-        match self.run_length {
+        match self.run_length.normalized() {
             RunLength::Infinite => u64::MAX / 2,
             RunLength::Samples(n) => n,
             RunLength::Sweeps(k) => sweep_size.saturating_mul(k),
@@ -172,7 +189,7 @@ impl MinibatchConfig {
 
     /// The V2 run as an epoch: epoch 0 crossing sweeps (READER.md §4.5).
     fn epoch(&self) -> EpochConfig {
-        let (epoch_size, sweeps) = match self.run_length {
+        let (epoch_size, sweeps) = match self.run_length.normalized() {
             RunLength::Infinite => (u64::MAX / 2, None),
             RunLength::Samples(n) => (n, None),
             RunLength::Sweeps(k) => (u64::MAX / 2, Some(k)),
