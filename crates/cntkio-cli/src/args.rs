@@ -63,6 +63,10 @@ pub struct BatchesArgs {
     /// Frame mode: every sequence must be a single sample.
     #[arg(long)]
     pub frame_mode: bool,
+    /// Truncated BPTT with this truncation length: max(1, N / T) parallel rows of T samples, every stream
+    /// dense, sequences continued across minibatches (each line then has a "bptt" layout).
+    #[arg(long, value_name = "T", conflicts_with = "frame_mode")]
+    pub truncation: Option<u64>,
     /// Number of workers reading the data.
     #[arg(long, default_value_t = 1, value_name = "W")]
     pub workers: u32,
@@ -217,6 +221,10 @@ pub struct BenchArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Measure minibatches instead: `bench --batches …` takes the options of `batches` and is
+    /// `batches … --bench` (minibatches, samples, samples/s and peak memory as one JSON object).
+    #[arg(long)]
+    pub batches: bool,
 }
 
 /// Parses sizes like `33554432`, `32M`, `32MiB`, `1G`, `64k`.

@@ -1,6 +1,10 @@
 //! `cntkio batches`: minibatches of CNTK's V2 minibatch source as JSON Lines, one minibatch per line:
 //! `{"mb": i, "sweep_end": bool, "streams": {"NAME": {"keys": [...], "sequences": [SAMPLES, …]}}}` with
-//! samples as in `dump`, and `{"state": …}` after `--checkpoint-after M` minibatches.
+//! samples as in `dump`, and `{"state": …}` after `--checkpoint-after M` minibatches. With `--truncation T`
+//! every stream is dense, each entry of "sequences" is a fragment of the sequence with that key, and the
+//! line also has `"bptt": {"rows": P, "columns": T, "fragments": [[ROW, COLUMN, OFFSET, SEQUENCE_LEN], …]}`
+//! (OFFSET: samples of the sequence delivered before; the fragment ends it iff OFFSET + its length =
+//! SEQUENCE_LEN).
 
 use crate::args::{BatchesArgs, Job};
 use crate::output::{push_json_str, push_sequence_samples, write_stdout};
@@ -50,6 +54,7 @@ pub fn config(a: &BatchesArgs) -> MinibatchConfig {
         cntk_restore_quirk: a.cntk_restore,
         threads: a.read.threads,
         prefetch: None,
+        truncation_length: a.truncation.unwrap_or(0),
     }
 }
 
@@ -73,6 +78,18 @@ pub fn push_batch_line(out: &mut Vec<u8>, mb: u64, batch: &Batch, streams: &[Str
     out.extend_from_slice(b"{\"mb\":");
     out.extend_from_slice(mb.to_string().as_bytes());
     out.extend_from_slice(if batch.end_of_sweep { b",\"sweep_end\":true" } else { b",\"sweep_end\":false" });
+    if let Some(l) = &batch.bptt {
+        out.extend_from_slice(
+            format!(",\"bptt\":{{\"rows\":{},\"columns\":{},\"fragments\":[", l.rows, l.columns).as_bytes(),
+        );
+        for (i, f) in l.fragments.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(format!("[{},{},{},{}]", f.row, f.column, f.offset, f.sequence_len).as_bytes());
+        }
+        out.extend_from_slice(b"]}");
+    }
     out.extend_from_slice(b",\"streams\":{");
     let keys = batch.data.keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
     for (i, s) in streams.iter().enumerate() {
@@ -159,6 +176,9 @@ fn bench(src: &mut MinibatchSource, mb_size: u64) -> Result<u8, Error> {
         minibatches += 1;
         samples += batch.num_declared_samples();
         sequences += batch.num_sequences() as u64;
+        if batch.end_of_sweep && std::env::var_os("DEBUG_SWEEPS").is_some() {
+            eprintln!("sweep end at {:?}", t.elapsed());
+        }
     }
     let secs = t.elapsed().as_secs_f64();
     let line = serde_json::json!({

@@ -29,13 +29,31 @@ pub const EXIT_INVALID: u8 = 1;
 /// Exit code for usage and I/O errors.
 pub const EXIT_USAGE: u8 = 2;
 
+/// `cntkio bench --batches …` is `cntkio batches … --bench` (the same options).
+fn bench_batches_alias<I, T>(args: I) -> Vec<OsString>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let command = argv.iter().skip(1).position(|a| !a.to_string_lossy().starts_with('-')).map(|i| i + 1);
+    if let Some(i) = command {
+        if argv[i] == "bench" && argv[i + 1..].iter().any(|a| a == "--batches") {
+            argv[i] = "batches".into();
+            argv.retain(|a| a != "--batches");
+            argv.push("--bench".into());
+        }
+    }
+    argv
+}
+
 /// Runs the command line with these arguments (the first is the program name).
 pub fn run<I, T>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match args::Cli::try_parse_from(args) {
+    let cli = match args::Cli::try_parse_from(bench_batches_alias(args)) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };

@@ -234,6 +234,35 @@ impl CbfFile {
         }
     }
 
+    /// The size in bytes of chunk `k`'s byte range (what [`CbfFile::chunk_bytes`] returns). Errors: no such
+    /// chunk, a chunk over the size limit.
+    pub fn chunk_len(&self, k: usize) -> Result<usize, Error> {
+        let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(self.path.display().to_string()))?;
+        let r = dec.byte_range();
+        usize::try_from(r.end - r.start).map_err(|_| Error::config(format!("chunk {k} does not fit in memory")))
+    }
+
+    /// Reads the undecoded bytes of chunk `k` into `dst`, whose length must be [`CbfFile::chunk_len`] (a
+    /// caller-provided, reusable buffer). Errors: no such chunk, a chunk over the size limit, a `dst` of
+    /// another length, I/O.
+    pub fn read_chunk_bytes(&self, k: usize, dst: &mut [u8]) -> Result<(), Error> {
+        let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(self.path.display().to_string()))?;
+        let r = dec.byte_range();
+        if dst.len() as u64 != r.end - r.start {
+            return Err(Error::config(format!("chunk {k} has {} bytes, not {}", r.end - r.start, dst.len())));
+        }
+        match &self.map {
+            Some(m) => {
+                let src = m.get(r.start as usize..r.end as usize).ok_or_else(|| {
+                    Error::config(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
+                })?;
+                dst.copy_from_slice(src);
+                Ok(())
+            }
+            None => read_at(&self.file, dst, r.start).map_err(|e| io_err("read", &self.path, e)),
+        }
+    }
+
     /// The whole file as mapped bytes, when it is mapped (for readers that locate records themselves,
     /// e.g. in the ranges [`CbfFile::chunk_bytes`] validated).
     pub fn mapped_bytes(&self) -> Option<&[u8]> {

@@ -35,22 +35,36 @@
 //! object, `{"version":1,"position":P,"minibatches":N,"sweep_size":S}`: `position` is CNTK's
 //! `minibatchSourcePosition` (the global sample position of the next sequence, READER.md §8.1),
 //! `minibatches` the number of minibatches the source had returned, `sweep_size` the data's sweep size in
-//! samples (checked on restore, to catch restoring onto other data). Nothing else is stored: a state is
-//! meaningful only with the same data and configuration, as in CNTK. The format is version 1; a change
-//! of its meaning or of its fields gets a new version number, and older versions are refused with an
-//! error, never read differently.
+//! samples (checked on restore, to catch restoring onto other data). With truncated BPTT the state also
+//! holds the rows (`"bptt": {"mb_size": M, "rows": [{"cursor": C, "sequences": [{"chunk", "index", "key",
+//! "samples", "sweep_end"}, …]}, …]}`: the sequences fetched but not yet wholly delivered) and is version
+//! 2. Nothing else is stored: a state is meaningful only with the same data and configuration, as in CNTK.
+//! A change of the format's meaning or fields gets a new version number; versions this library does not
+//! know are refused with an error, never read differently.
 //!
 //! [`MinibatchSource::restore`] performs CNTK 2.7's exact call sequence (READER.md §8.3) and then, by
 //! default, continues exactly as the uninterrupted run would have. With
 //! [`MinibatchConfig::cntk_restore_quirk`] it reproduces CNTK instead, in its two differences: a restored
 //! sweep-0 shuffle is seeded with the bare sweep number (randomization on, seed ≠ 0), and with
 //! randomization off the round-robin worker assignment restarts at the sequence's index within its sweep.
+//! With truncated BPTT the rows are part of the state and come back as they were.
+//!
+//! # Loading
+//!
+//! Chunks are loaded by background threads ([`MinibatchConfig::threads`], or `CNTKIO_THREADS`, started at
+//! the first minibatch), ahead of need: the chunks of the randomization window of the position being read
+//! and [`MinibatchConfig::prefetch`] more, in the order the window reaches them; chunks outside that set
+//! are evicted, so memory is bounded by (window + prefetch) chunks plus the index. CBF chunks are kept as
+//! their undecoded records and copied once, into the minibatch. Minibatches of many sequences are
+//! assembled by two threads. None of this changes a minibatch.
 
+mod bptt;
 mod chunk;
 mod deserializer;
 mod loader;
 mod plan;
 
+pub use bptt::{BpttLayout, BpttState, Fragment, HeldSequence, RowState};
 pub use chunk::SourceChunk;
 pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
 
@@ -67,10 +81,27 @@ pub enum RunLength {
     /// Repeat the data forever (`INFINITELY_REPEAT`, CNTK's default).
     #[default]
     Infinite,
-    /// Stop at the first sequence boundary at or after this many samples (`max_samples`).
+    /// Stop at the first sequence boundary at or after this many samples (`max_samples`;
+    /// [`FULL_DATA_SWEEP`] means one sweep and [`INFINITELY_REPEAT`] forever, as in CNTK).
     Samples(u64),
-    /// Stop after this many sweeps (`max_sweeps`).
+    /// Stop after this many sweeps (`max_sweeps`; [`INFINITELY_REPEAT`] means forever).
     Sweeps(u64),
+}
+
+/// CNTK's `INFINITELY_REPEAT` (2^64 − 1) as a number of samples or sweeps: no end.
+pub const INFINITELY_REPEAT: u64 = u64::MAX;
+/// CNTK's `FULL_DATA_SWEEP` (2^64 − 2) as a number of samples: one sweep.
+pub const FULL_DATA_SWEEP: u64 = u64::MAX - 1;
+
+impl RunLength {
+    /// With CNTK's special values resolved ([`FULL_DATA_SWEEP`], [`INFINITELY_REPEAT`]).
+    pub fn normalized(self) -> RunLength {
+        match self {
+            RunLength::Samples(INFINITELY_REPEAT) | RunLength::Sweeps(INFINITELY_REPEAT) => RunLength::Infinite,
+            RunLength::Samples(FULL_DATA_SWEEP) => RunLength::Sweeps(1),
+            r => r,
+        }
+    }
 }
 
 /// Configuration of a [`MinibatchSource`] (Python `MinibatchSource` arguments, READER.md §9.1).
@@ -101,6 +132,10 @@ pub struct MinibatchConfig {
     /// How many chunks beyond those the randomization window needs may be loaded ahead (`None`: 2 per
     /// loading thread). Chunks held: the window's plus these (READER.md §3.5). Never changes a minibatch.
     pub prefetch: Option<usize>,
+    /// Truncated BPTT with this truncation length in samples (`truncation_length`; 0, the default: off;
+    /// READER.md §5.3). Every stream is then delivered dense, as fragments of sequences laid out in
+    /// parallel rows ([`Batch::bptt`]). Excludes frame mode.
+    pub truncation_length: u64,
 }
 
 impl Default for MinibatchConfig {
@@ -116,6 +151,7 @@ impl Default for MinibatchConfig {
             cntk_restore_quirk: false,
             threads: None,
             prefetch: None,
+            truncation_length: 0,
         }
     }
 }
@@ -144,7 +180,7 @@ impl MinibatchConfig {
 
     /// The run's end on the global timeline, for a sweep of `sweep_size` samples.
     fn run_end(&self, sweep_size: u64) -> u64 {
-        match self.run_length {
+        match self.run_length.normalized() {
             RunLength::Infinite => u64::MAX / 2,
             RunLength::Samples(n) => n,
             RunLength::Sweeps(k) => sweep_size.saturating_mul(k),
@@ -153,7 +189,7 @@ impl MinibatchConfig {
 
     /// The V2 run as an epoch: epoch 0 crossing sweeps (READER.md §4.5).
     fn epoch(&self) -> EpochConfig {
-        let (epoch_size, sweeps) = match self.run_length {
+        let (epoch_size, sweeps) = match self.run_length.normalized() {
             RunLength::Infinite => (u64::MAX / 2, None),
             RunLength::Samples(n) => (n, None),
             RunLength::Sweeps(k) => (u64::MAX / 2, Some(k)),
@@ -172,6 +208,10 @@ pub struct Batch {
     pub end_of_sweep: bool,
     /// The minibatch reached the end of the run; the next call returns nothing.
     pub end_of_run: bool,
+    /// With truncated BPTT ([`MinibatchConfig::truncation_length`]): the rows and columns of the
+    /// minibatch, and where each of its sequences — then a fragment of a data sequence, whose key it has
+    /// and whose `num_samples` entry is the fragment's length — lies. `None` otherwise.
+    pub bptt: Option<BpttLayout>,
 }
 
 impl Batch {
@@ -185,6 +225,7 @@ impl Batch {
             },
             end_of_sweep: false,
             end_of_run: false,
+            bptt: None,
         }
     }
     /// Number of sequences.
@@ -197,10 +238,11 @@ impl Batch {
     }
 }
 
-/// A checkpoint of a [`MinibatchSource`]; see the module docs for its JSON form (version 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A checkpoint of a [`MinibatchSource`]; see the module docs for its JSON form (version 1, or 2 with the
+/// rows of truncated BPTT).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SourceState {
-    /// Format version: [`SourceState::VERSION`].
+    /// Format version: [`SourceState::VERSION`], or [`SourceState::VERSION_BPTT`] with `bptt`.
     pub version: u32,
     /// Global sample position of the next sequence (CNTK's `minibatchSourcePosition`).
     pub position: u64,
@@ -208,29 +250,42 @@ pub struct SourceState {
     pub minibatches: u64,
     /// The data's sweep size in samples.
     pub sweep_size: u64,
+    /// Truncated BPTT: the sequences held in the rows (fetched, not yet wholly delivered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bptt: Option<BpttState>,
 }
 
 impl SourceState {
-    /// The version written by this library.
+    /// The version of states without BPTT rows.
     pub const VERSION: u32 = 1;
+    /// The version of states with BPTT rows.
+    pub const VERSION_BPTT: u32 = 2;
 
     /// The state as one line of JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a state serializes")
     }
 
-    /// Parses the JSON form. Errors: not JSON of this shape, or another version.
+    /// Parses the JSON form. Errors: not JSON of this shape, or a version this library does not read
+    /// (1 without BPTT rows, 2 with them).
     pub fn from_json(s: &str) -> Result<SourceState, Error> {
         let st: SourceState =
             serde_json::from_str(s).map_err(|e| Error::config(format!("not a minibatch source state: {e}")))?;
-        if st.version != Self::VERSION {
+        st.check_version()?;
+        Ok(st)
+    }
+
+    fn check_version(&self) -> Result<(), Error> {
+        let want = if self.bptt.is_some() { Self::VERSION_BPTT } else { Self::VERSION };
+        if self.version != want {
             return Err(Error::config(format!(
-                "minibatch source state version {} is not supported (this library reads version {})",
-                st.version,
-                Self::VERSION
+                "minibatch source state version {} is not supported (this library reads version {} and, with BPTT rows, {})",
+                self.version,
+                Self::VERSION,
+                Self::VERSION_BPTT
             )));
         }
-        Ok(st)
+        Ok(())
     }
 }
 
@@ -250,27 +305,41 @@ pub struct MinibatchSource {
     keep: Vec<u32>,
     needed: Vec<u32>,
     held: Vec<Arc<SourceChunk>>,
+    /// Truncated BPTT: the rows.
+    packer: bptt::Packer,
+    /// The streams of the minibatches.
+    out_streams: Vec<StreamSpec>,
     /// `slot_of[c]`: index of chunk `c` in `needed` (valid for the chunks of the current minibatch).
     slot_of: Vec<u32>,
     /// Where each sequence of a minibatch starts, per stream.
     locs: Vec<usize>,
+    /// The second half of a minibatch, assembled by another thread, and its scratch.
+    part: Vec<StreamData>,
+    part_locs: Vec<usize>,
+    /// The thread assembling second halves (started at the first large minibatch; `Some(None)` if it
+    /// could not be started).
+    helper: Option<Option<rayon::ThreadPool>>,
+    /// The run has started (at the first minibatch or restore).
+    started: bool,
 }
 
 impl std::fmt::Debug for MinibatchSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MinibatchSource")
             .field("config", &self.config)
-            .field("position", &self.enumerator.get_state())
+            .field("position", &self.position())
             .field("minibatches", &self.minibatches)
             .finish()
     }
 }
 
 impl MinibatchSource {
-    /// A source over `source`, positioned at the start of the run.
+    /// A source over `source`, positioned at the start of the run. Nothing is loaded and no thread starts
+    /// here: the run starts (sweep 0 is shuffled, while the first chunks load) at the first minibatch or
+    /// [`restore`](Self::restore), where errors of the deserializer's sequence lists surface.
     ///
     /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no chunks, samples or sequences in the
-    /// data, `workers == 0` or `rank >= workers`, and errors of the deserializer.
+    /// data, `workers == 0` or `rank >= workers`.
     pub fn new(source: Arc<dyn Deserializer>, config: MinibatchConfig) -> Result<MinibatchSource, Error> {
         let chunks = source.chunks();
         let total_sequences = chunks.iter().map(|c| u64::from(c.num_sequences)).sum();
@@ -287,7 +356,14 @@ impl MinibatchSource {
             config.prefetch_depth(),
             config.run_end(sweep_size),
         );
-        let mut s = MinibatchSource {
+        let out_streams = if config.truncation_length > 0 {
+            bptt::dense_streams(source.streams())
+        } else {
+            source.streams().to_vec()
+        };
+        let s = MinibatchSource {
+            packer: bptt::Packer::default(),
+            out_streams,
             loader: Loader::new(source.clone(), threads),
             planner,
             source,
@@ -301,9 +377,57 @@ impl MinibatchSource {
             held: Vec::new(),
             slot_of: Vec::new(),
             locs: Vec::new(),
+            part: Vec::new(),
+            part_locs: Vec::new(),
+            helper: None,
+            started: false,
         };
-        s.enumerator.start_epoch(&s.config.epoch())?;
+        // The run starts (and sweep 0 is shuffled) at the first minibatch, so that loading the first
+        // window's chunks overlaps the shuffle; the worker configuration is checked here.
+        if s.config.workers == 0 {
+            return Err(Error::config("the number of workers must be at least 1"));
+        }
+        if s.config.rank >= s.config.workers {
+            return Err(Error::config(format!(
+                "worker rank {} is out of range for {} workers (ranks are 0-based)",
+                s.config.rank, s.config.workers
+            )));
+        }
+        if s.config.frame_mode && s.config.truncation_length > 0 {
+            return Err(Error::config(
+                "MinibatchSourceConfig: truncation and frame mode are mutually exclusive options.",
+            ));
+        }
         Ok(s)
+    }
+
+    /// Starts the run if it has not started: the position goes to the start of the run (READER.md §4.5),
+    /// after asking for the chunks read first (when `prefetch`).
+    fn start(&mut self, prefetch: bool) -> Result<(), Error> {
+        if !self.started {
+            if prefetch {
+                self.planner.reset();
+                if self.planner.plan(self.position(), &mut self.keep) {
+                    self.loader.plan(&self.keep, &[]);
+                }
+            }
+            self.enumerator.start_epoch(&self.config.epoch())?;
+            self.started = true;
+            self.planner.reset();
+        }
+        Ok(())
+    }
+
+    /// The global sample position of the next sequence (before the run starts: where it will start).
+    fn position(&self) -> u64 {
+        if self.started {
+            self.enumerator.get_state()
+        } else if self.config.randomized() && self.config.rank as usize >= self.source.chunks().len() {
+            // A worker without chunks starts at the end (READER.md §6).
+            self.config.run_end(self.sweep_size)
+        } else {
+            0
+        }
     }
 
     fn enumerator(source: &Arc<dyn Deserializer>, config: &MinibatchConfig) -> Result<Enumerator, Error> {
@@ -325,9 +449,9 @@ impl MinibatchSource {
     pub fn deserializer(&self) -> &Arc<dyn Deserializer> {
         &self.source
     }
-    /// The streams of every [`Batch`].
+    /// The streams of every [`Batch`]: the deserializer's, all dense with truncated BPTT.
     pub fn streams(&self) -> &[StreamSpec] {
-        self.source.streams()
+        &self.out_streams
     }
     /// Sweep size: Σ of the declared lengths of all sequences.
     pub fn sweep_size(&self) -> u64 {
@@ -347,11 +471,15 @@ impl MinibatchSource {
     /// This worker's share of `size` is `⌊size / workers⌋`, plus one for ranks below `size mod workers`
     /// (at least 1), counted with the declared lengths (READER.md §4.2).
     ///
+    /// With truncated BPTT, `size` sets the number of parallel rows instead (READER.md §5.3, module
+    /// `bptt`): `max(1, ⌊size / truncation_length⌋)`, dealt to the workers.
+    ///
     /// Errors: `size == 0`; a delivered sequence with no sample in some stream (CNTK: `Sequences must be
-    /// a least one frame long`); in frame mode a sequence with more than one sample in some stream; and
-    /// errors of the deserializer.
+    /// a least one frame long`); in frame mode a sequence with more than one sample in some stream; with
+    /// BPTT, more workers than rows, or a sequence whose streams have different lengths; and errors of the
+    /// deserializer.
     pub fn next_minibatch(&mut self, size: u64) -> Result<Option<Batch>, Error> {
-        let mut b = Batch::new(self.source.streams());
+        let mut b = Batch::new(&self.out_streams);
         Ok(if self.next_minibatch_into(size, &mut b)? { Some(b) } else { None })
     }
 
@@ -360,6 +488,9 @@ impl MinibatchSource {
     pub fn next_minibatch_into(&mut self, size: u64, batch: &mut Batch) -> Result<bool, Error> {
         if size == 0 {
             return Err(Error::config("Requested minibatch size must be > 0."));
+        }
+        if self.config.truncation_length > 0 {
+            return self.next_bptt(size, batch);
         }
         let workers = u64::from(self.config.workers);
         let mut local = size / workers + u64::from(u64::from(self.config.rank) < size % workers);
@@ -370,9 +501,11 @@ impl MinibatchSource {
             );
             local = 1;
         }
+        self.start(true)?;
         self.prefetch();
         let mb = self.enumerator.get_next(u64::MAX, local)?;
-        prepare(batch, self.source.streams());
+        prepare(batch, &self.out_streams);
+        batch.bptt = None;
         batch.end_of_sweep = mb.end_of_sweep;
         batch.end_of_run = mb.end_of_epoch;
         if mb.picks.is_empty() {
@@ -381,6 +514,42 @@ impl MinibatchSource {
         let r = self.assemble(&mb.picks, batch);
         self.held.clear();
         r?;
+        self.minibatches += 1;
+        self.prefetch();
+        Ok(true)
+    }
+
+    /// A truncated-BPTT minibatch (module `bptt`).
+    fn next_bptt(&mut self, size: u64, batch: &mut Batch) -> Result<bool, Error> {
+        let tau = self.config.truncation_length;
+        self.packer.configure(size, tau, self.config.workers, self.config.rank)?;
+        self.start(true)?;
+        for r in 0..self.packer.rows() {
+            while self.packer.wants(r, tau) {
+                self.prefetch();
+                let mb = self.enumerator.get_next(u64::MAX, 1)?;
+                for p in &mb.picks {
+                    self.loader.get(&[p.chunk], &mut self.held)?;
+                    let view = self.held[0].view();
+                    let r = self.packer.push(r, *p, view, self.source.streams(), mb.end_of_sweep);
+                    self.held.clear();
+                    r?;
+                }
+                // Guard, not in CNTK: a request delivering nothing before the end of the run cannot refill.
+                if mb.end_of_epoch || mb.picks.is_empty() {
+                    break;
+                }
+            }
+        }
+        let mut layout = batch.bptt.take().unwrap_or_default();
+        prepare(batch, &self.out_streams);
+        if self.packer.is_empty() {
+            batch.end_of_run = true;
+            return Ok(false);
+        }
+        batch.end_of_sweep = self.packer.pack(tau, batch, &mut layout);
+        batch.end_of_run = self.packer.is_empty();
+        batch.bptt = Some(layout);
         self.minibatches += 1;
         self.prefetch();
         Ok(true)
@@ -399,7 +568,7 @@ impl MinibatchSource {
 
     /// Tells the loader which chunks to hold from the current position on (when that changes).
     fn prefetch(&mut self) {
-        if self.planner.plan(self.enumerator.get_state(), &mut self.keep) {
+        if self.planner.plan(self.position(), &mut self.keep) {
             self.loader.plan(&self.keep, &[]);
         }
     }
@@ -446,56 +615,76 @@ impl MinibatchSource {
                 }
             }
         }
-        // Bring every sequence's values into the cache with independent loads, then copy.
-        let ns = batch.data.streams.len();
-        self.locs.clear();
-        // A source without streams has nothing to copy (and `chunks_exact` needs a non-zero size).
-        let ns_step = ns.max(1);
-        for p in picks {
-            let v = view(p);
-            self.locs.extend((0..ns).map(|st| v.locate(st, p.index as usize)));
-        }
-        let mut acc = 0u64;
-        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns_step)) {
-            let v = view(p);
-            for (st, &a) in at.iter().enumerate() {
-                v.touch_first(st, a, &mut acc);
-            }
-        }
-        for (p, at) in picks.iter().zip(self.locs.chunks_exact(ns_step)) {
-            let v = view(p);
-            for (st, &a) in at.iter().enumerate() {
-                v.touch_rest(st, p.index as usize, a, &mut acc);
-            }
-        }
-        std::hint::black_box(acc);
         batch.data.keys.extend(picks.iter().map(|p| p.key));
         batch.data.num_samples.extend(picks.iter().map(|p| p.num_samples));
-        for (st, dst) in batch.data.streams.iter_mut().enumerate() {
-            for p in picks {
-                view(p).append(st, p.index as usize, dst);
-            }
+        let slot_of = &self.slot_of[..];
+        if self.loader.threads() == 0 || picks.len() < PARALLEL_PICKS {
+            fill(picks, &views, slot_of, &mut batch.data.streams, &mut self.locs);
+            return Ok(());
+        }
+        // Two halves at once: the second into `part` on a pool thread, then appended.
+        let (a, b) = picks.split_at(picks.len() / 2);
+        let part = &mut self.part;
+        let views = &views;
+        let locs = &mut self.locs;
+        if part.len() != batch.data.streams.len() {
+            *part = batch
+                .data
+                .streams
+                .iter()
+                .map(|s| StreamData::new(s.format(), s.dim, s.values.element_type()))
+                .collect();
+        }
+        part.iter_mut().for_each(StreamData::clear);
+        let part_locs = &mut self.part_locs;
+        let pool = self.helper.get_or_insert_with(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .thread_name(|_| "cntkio-assemble".into())
+                .build()
+                .map_err(|e| log::warn!("no minibatch assembly thread: {e}"))
+                .ok()
+        });
+        let Some(pool) = pool else {
+            fill(picks, views, slot_of, &mut batch.data.streams, locs);
+            return Ok(());
+        };
+        pool.in_place_scope(|s| {
+            s.spawn(|_| fill(b, views, slot_of, part, part_locs));
+            fill(a, views, slot_of, &mut batch.data.streams, locs);
+        });
+        for (dst, src) in batch.data.streams.iter_mut().zip(self.part.iter()) {
+            append_stream(dst, src);
         }
         Ok(())
     }
 
     /// A checkpoint of the current position (READER.md §8.1).
     pub fn state(&self) -> SourceState {
+        let bptt = self.packer.state();
         SourceState {
-            version: SourceState::VERSION,
-            position: self.enumerator.get_state(),
+            version: if bptt.is_some() { SourceState::VERSION_BPTT } else { SourceState::VERSION },
+            position: self.position(),
             minibatches: self.minibatches,
             sweep_size: self.sweep_size,
+            bptt,
         }
     }
 
     /// Continues from a checkpoint taken from a source with the same data and configuration (see the
     /// module docs for exact continuation and CNTK's quirks).
     ///
-    /// Errors: another state version, or a sweep size that is not this data's.
+    /// With truncated BPTT the rows are restored too (the held sequences are loaded again), so that the
+    /// run continues exactly.
+    ///
+    /// Errors: another state version, a sweep size that is not this data's, BPTT rows for a source without
+    /// BPTT, held sequences that do not exist, and errors of the deserializer.
     pub fn restore(&mut self, state: &SourceState) -> Result<(), Error> {
-        if state.version != SourceState::VERSION {
-            return Err(Error::config(format!("minibatch source state version {} is not supported", state.version)));
+        state.check_version()?;
+        if state.bptt.is_some() && self.config.truncation_length == 0 {
+            return Err(Error::config(
+                "the state holds truncated-BPTT rows, but this source does not use truncated BPTT",
+            ));
         }
         if state.sweep_size != self.sweep_size {
             return Err(Error::config(format!(
@@ -503,6 +692,7 @@ impl MinibatchSource {
                 state.sweep_size, self.sweep_size
             )));
         }
+        self.start(false)?;
         let p = state.position;
         let epoch = self.config.epoch();
         // CNTK 2.7 (READER.md §8.3): RestoreFromCheckpoint seeks; the next GetNextMinibatch restarts the run
@@ -529,8 +719,82 @@ impl MinibatchSource {
         }
         self.minibatches = state.minibatches;
         self.planner.reset();
+        self.packer.reset();
+        if let Some(b) = &state.bptt {
+            let mut chunks: Vec<u32> = b.rows.iter().flat_map(|r| r.sequences.iter().map(|h| h.chunk)).collect();
+            chunks.sort_unstable();
+            chunks.dedup();
+            if let Some(&c) = chunks.last().filter(|&&c| c as usize >= self.source.chunks().len()) {
+                return Err(Error::config(format!("the state names chunk {c}, which does not exist")));
+            }
+            self.loader.get(&chunks, &mut self.held)?;
+            let views: Vec<chunk::ChunkView<'_>> = self.held.iter().map(|c| c.view()).collect();
+            let r =
+                self.packer.restore(b, self.source.streams(), |c| Ok(views[chunks.binary_search(&c).expect("loaded")]));
+            drop(views);
+            self.held.clear();
+            r?;
+        }
         Ok(())
     }
+}
+
+/// Minibatches with at least this many sequences are assembled by two threads.
+const PARALLEL_PICKS: usize = 64;
+
+/// Appends the sequences of `picks` to `dst` (one entry per stream): first brings every sequence's values
+/// into the cache with independent loads (locate, first line, other lines), then copies.
+fn fill(
+    picks: &[Pick],
+    views: &[chunk::ChunkView<'_>],
+    slot_of: &[u32],
+    dst: &mut [StreamData],
+    locs: &mut Vec<usize>,
+) {
+    let view = |p: &Pick| views[slot_of[p.chunk as usize] as usize];
+    let ns = dst.len();
+    // A source without streams has nothing to copy (and `chunks_exact` needs a non-zero size).
+    if ns == 0 {
+        return;
+    }
+    locs.clear();
+    for p in picks {
+        let v = view(p);
+        locs.extend((0..ns).map(|st| v.locate(st, p.index as usize)));
+    }
+    let mut acc = 0u64;
+    for (p, at) in picks.iter().zip(locs.chunks_exact(ns)) {
+        let v = view(p);
+        for (st, &a) in at.iter().enumerate() {
+            v.touch_first(st, a, &mut acc);
+        }
+    }
+    for (p, at) in picks.iter().zip(locs.chunks_exact(ns)) {
+        let v = view(p);
+        for (st, &a) in at.iter().enumerate() {
+            v.touch_rest(st, p.index as usize, a, &mut acc);
+        }
+    }
+    std::hint::black_box(acc);
+    for (st, d) in dst.iter_mut().enumerate() {
+        for p in picks {
+            view(p).append(st, p.index as usize, d);
+        }
+    }
+}
+
+/// Appends all sequences of `src` to `dst` (same layout).
+fn append_stream(dst: &mut StreamData, src: &StreamData) {
+    dst.values.extend_from(&src.values, 0..src.values.len());
+    if let (Layout::Sparse { indices, sample_offsets }, Layout::Sparse { indices: si, sample_offsets: so }) =
+        (&mut dst.layout, &src.layout)
+    {
+        indices.extend_from_slice(si);
+        let base = *sample_offsets.last().expect("starts with 0");
+        sample_offsets.extend(so[1..].iter().map(|&o| o + base));
+    }
+    let base = *dst.sequence_offsets.last().expect("starts with 0");
+    dst.sequence_offsets.extend(src.sequence_offsets[1..].iter().map(|&o| o + base));
 }
 
 /// Makes `batch` empty with the streams' layout, keeping allocations.
