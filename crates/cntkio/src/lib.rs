@@ -16,6 +16,7 @@ pub mod source;
 pub use options::CtfOptions;
 
 pub mod ctf;
+mod hint;
 pub mod input;
 mod mmap;
 mod output;

@@ -1605,3 +1605,75 @@ fn io_compare_cbf_and_ctf() {
         }
     }
 }
+
+/// Minibatches planned ahead on a thread (once a size is asked for twice in a row) are those of the same
+/// calls made one by one: sizes that change (the plans made ahead are dropped and the position moves back),
+/// checkpoints taken while plans are queued (restored into a source that plans nothing ahead), restores,
+/// and the end of the run.
+#[test]
+fn planning_ahead_never_changes_a_minibatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, read, _) = shards(dir.path(), 300);
+    let mut rng = Rng(7);
+    let mut total_ahead = 0;
+    for case in 0..40u64 {
+        let d = if case % 2 == 0 { &c } else { &read };
+        let (window, randomize) = match case % 4 {
+            0 => (Window::Chunks(2), true),
+            1 => (Window::Chunks(128), true),
+            2 => (Window::Samples(50), true),
+            _ => (Window::Chunks(128), false),
+        };
+        let (workers, rank) = if case % 5 == 4 { (3, (case % 3) as u32) } else { (1, 0) };
+        let base = MinibatchConfig {
+            workers,
+            rank,
+            ..cfg(randomize, window, case, if case % 3 == 0 { RunLength::Samples(1500) } else { RunLength::Sweeps(3) })
+        };
+        let inline = MinibatchConfig { threads: Some(0), ..base.clone() };
+        let ahead = MinibatchConfig { threads: Some(2), ..base.clone() };
+        // Runs of equal sizes, some long enough to plan far ahead, some of one call.
+        let mut sizes = Vec::new();
+        while sizes.len() < 400 {
+            let size = [1, 7, 17, 64, 300][rng.below(5) as usize];
+            let run = [1, 2, 3, 40][rng.below(4) as usize];
+            sizes.extend(std::iter::repeat_n(size, run as usize));
+        }
+        let mut want = MinibatchSource::new(d.clone(), inline.clone()).unwrap();
+        let mut got = MinibatchSource::new(d.clone(), ahead.clone()).unwrap();
+        let mut restored_from = None;
+        let mut planned_ahead = 0;
+        for (i, &size) in sizes.iter().enumerate() {
+            let what = format!("case {case}, call {i}, size {size}");
+            if i % 37 == 20 {
+                // A checkpoint taken while plans may be queued: the same as one-by-one, and a source that
+                // plans nothing ahead continues from it as the planning one does.
+                let state = got.state();
+                assert_eq!(state, want.state(), "{what}");
+                let mut r = MinibatchSource::new(d.clone(), inline.clone()).unwrap();
+                r.restore(&state).unwrap();
+                restored_from = Some(r);
+            }
+            if i % 91 == 90 {
+                // Restore the planning source to an earlier point of the other one's run.
+                let state = want.state();
+                got.restore(&state).unwrap();
+            }
+            let a = want.next_minibatch(size).unwrap();
+            let b = got.next_minibatch(size).unwrap();
+            assert!(a == b, "{what}: {:?} vs {:?}", a.as_ref().map(|b| &b.data.keys), b.as_ref().map(|b| &b.data.keys));
+            if let Some(r) = restored_from.as_mut() {
+                assert!(r.next_minibatch(size).unwrap() == a, "{what}: restored");
+            }
+            assert_eq!(got.minibatches(), want.minibatches(), "{what}");
+            assert!(!want.plans_ahead());
+            planned_ahead += usize::from(got.plans_ahead());
+            if a.is_none() {
+                break;
+            }
+        }
+        assert!(planned_ahead > 0, "case {case}: never planned ahead");
+        total_ahead += planned_ahead;
+    }
+    assert!(total_ahead > 500, "planned ahead at {total_ahead} calls");
+}

@@ -335,61 +335,38 @@ impl ChunkView<'_> {
         }
     }
 
-    /// Where sequence `seq` of stream `stream` starts: for CBF records the record's offset in the chunk's
-    /// bytes, for parsed data its first sample. The first of three steps that bring a minibatch's sequences
-    /// into the cache with many independent loads in flight (instead of one miss at a time while copying):
-    /// locate every sequence, then [`touch_first`](Self::touch_first), then
-    /// [`touch_rest`](Self::touch_rest).
+    /// Asks the processor to bring sequence `seq` of stream `stream` into the cache (its record, or its
+    /// values), so that a later [`append`](Self::append) finds it there. Changes nothing but timing.
     #[inline]
-    pub(crate) fn locate(&self, stream: usize, seq: usize) -> usize {
-        match self {
-            ChunkView::Data(d) => d.streams[stream].sequence_offsets[seq] as usize,
-            ChunkView::Cbf(_, s) => s[stream].records.get(seq),
-        }
-    }
-
-    /// Loads the first cache line of the located sequence.
-    #[inline]
-    pub(crate) fn touch_first(&self, stream: usize, at: usize, acc: &mut u64) {
+    pub(crate) fn prefetch(&self, stream: usize, seq: usize) {
         match self {
             ChunkView::Data(d) => {
                 let s = &d.streams[stream];
-                if let (Layout::Dense, Values::F32(v)) = (&s.layout, &s.values) {
-                    if let Some(x) = v.get(at * s.dim) {
-                        *acc = acc.wrapping_add(u64::from(x.to_bits()));
+                let (Some(&a), Some(&b)) = (s.sequence_offsets.get(seq), s.sequence_offsets.get(seq + 1)) else {
+                    return;
+                };
+                let (a, b) = match &s.layout {
+                    Layout::Dense => (a as usize * s.dim, b as usize * s.dim),
+                    Layout::Sparse { sample_offsets, .. } => {
+                        match (sample_offsets.get(a as usize), sample_offsets.get(b as usize)) {
+                            (Some(&a), Some(&b)) => (a as usize, b as usize),
+                            _ => return,
+                        }
                     }
-                }
-            }
-            ChunkView::Cbf(b, _) => *acc = acc.wrapping_add(u64::from(b[at])),
-        }
-    }
-
-    /// Loads the other cache lines of the located sequence (dense streams).
-    #[inline]
-    pub(crate) fn touch_rest(&self, stream: usize, seq: usize, at: usize, acc: &mut u64) {
-        match self {
-            ChunkView::Data(d) => {
-                let s = &d.streams[stream];
-                if let (Layout::Dense, Values::F32(v)) = (&s.layout, &s.values) {
-                    let end = (s.sequence_offsets[seq + 1] as usize * s.dim).min(v.len());
-                    let mut i = at * s.dim + 16;
-                    while i < end {
-                        *acc = acc.wrapping_add(u64::from(v[i].to_bits()));
-                        i += 16;
-                    }
+                };
+                match &s.values {
+                    Values::F32(v) => crate::hint::prefetch(v.get(a..b).unwrap_or_default()),
+                    Values::F64(v) => crate::hint::prefetch(v.get(a..b).unwrap_or_default()),
                 }
             }
             ChunkView::Cbf(b, streams) => {
-                let s = &streams[stream];
-                if !s.sparse {
-                    let n = u32_le(b, at) as usize;
-                    let end = (at + 4 + n * s.dim * if s.f64 { 8 } else { 4 }).min(b.len());
-                    let mut i = at + 64;
-                    while i < end {
-                        *acc = acc.wrapping_add(u64::from(b[i]));
-                        i += 64;
-                    }
-                }
+                let r = &streams[stream].records;
+                let start = r.get(seq);
+                let end = match r {
+                    Records::Uniform { stride, .. } => start + stride,
+                    Records::Listed(v) => v.get(seq + 1).map_or(start + 64, |&e| e as usize),
+                };
+                crate::hint::prefetch(b.get(start..end.min(b.len())).unwrap_or_default());
             }
         }
     }

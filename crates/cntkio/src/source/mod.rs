@@ -55,9 +55,13 @@
 //! the first minibatch), ahead of need: the chunks of the randomization window of the position being read
 //! and [`MinibatchConfig::prefetch`] more, in the order the window reaches them; chunks outside that set
 //! are evicted, so memory is bounded by (window + prefetch) chunks plus the index. CBF chunks are kept as
-//! their undecoded records and copied once, into the minibatch. Minibatches of many sequences are
-//! assembled by two threads. None of this changes a minibatch.
+//! their undecoded records and copied once, into the minibatch (asking for the next sequences' memory while
+//! copying one). Once the same minibatch size has been asked for twice in a row, the randomization and
+//! packing run ahead on a thread of their own (module `ahead`), so that the caller's thread only copies; a
+//! call with another size, or a restore, takes the enumerator back (moved back by an exact restore if it ran
+//! past the last minibatch handed out). None of this changes a minibatch.
 
+mod ahead;
 mod bptt;
 mod chunk;
 mod deserializer;
@@ -311,14 +315,11 @@ pub struct MinibatchSource {
     out_streams: Vec<StreamSpec>,
     /// `slot_of[c]`: index of chunk `c` in `needed` (valid for the chunks of the current minibatch).
     slot_of: Vec<u32>,
-    /// Where each sequence of a minibatch starts, per stream.
-    locs: Vec<usize>,
-    /// The second half of a minibatch, assembled by another thread, and its scratch.
-    part: Vec<StreamData>,
-    part_locs: Vec<usize>,
-    /// The thread assembling second halves (started at the first large minibatch; `Some(None)` if it
-    /// could not be started).
-    helper: Option<Option<rayon::ThreadPool>>,
+    /// The enumerator running ahead on a thread (it is then not in `enumerator`), once the same size has
+    /// been asked for twice in a row; the size of the last call; no planning thread could be started.
+    ahead: Option<ahead::Ahead>,
+    last_size: Option<u64>,
+    no_ahead: bool,
     /// The run has started (at the first minibatch or restore).
     started: bool,
 }
@@ -376,10 +377,9 @@ impl MinibatchSource {
             needed: Vec::new(),
             held: Vec::new(),
             slot_of: Vec::new(),
-            locs: Vec::new(),
-            part: Vec::new(),
-            part_locs: Vec::new(),
-            helper: None,
+            ahead: None,
+            last_size: None,
+            no_ahead: false,
             started: false,
         };
         // The run starts (and sweep 0 is shuffled) at the first minibatch, so that loading the first
@@ -420,7 +420,9 @@ impl MinibatchSource {
 
     /// The global sample position of the next sequence (before the run starts: where it will start).
     fn position(&self) -> u64 {
-        if self.started {
+        if let Some(a) = &self.ahead {
+            a.position
+        } else if self.started {
             self.enumerator.get_state()
         } else if self.config.randomized() && self.config.rank as usize >= self.source.chunks().len() {
             // A worker without chunks starts at the end (READER.md §6).
@@ -501,9 +503,44 @@ impl MinibatchSource {
             );
             local = 1;
         }
+        if self.ahead.as_ref().is_some_and(|a| a.size != size) {
+            self.settle()?;
+        }
+        let plan_ahead = self.started
+            && self.ahead.is_none()
+            && !self.no_ahead
+            && self.last_size == Some(size)
+            && !self.config.cntk_restore_quirk
+            && self.loader.threads() > 0;
+        self.last_size = Some(size);
+        if plan_ahead {
+            let e = std::mem::replace(&mut self.enumerator, Box::new(Parked));
+            let position = e.get_state();
+            match ahead::Ahead::start(e, size, local, position) {
+                Ok(a) => self.ahead = Some(a),
+                Err(e) => {
+                    self.enumerator = e;
+                    self.no_ahead = true;
+                }
+            }
+        }
         self.start(true)?;
         self.prefetch();
-        let mb = self.enumerator.get_next(u64::MAX, local)?;
+        let planned = self.ahead.as_mut().map(|a| a.next());
+        let mb = match planned {
+            Some(Some(p)) => {
+                if p.result.as_ref().map_or(true, |m| m.end_of_epoch || m.picks.is_empty()) {
+                    // The thread has stopped after this plan: the enumerator comes back where it is.
+                    self.settle()?;
+                }
+                p.result?
+            }
+            Some(None) => {
+                self.settle()?;
+                self.enumerator.get_next(u64::MAX, local)?
+            }
+            None => self.enumerator.get_next(u64::MAX, local)?,
+        };
         prepare(batch, &self.out_streams);
         batch.bptt = None;
         batch.end_of_sweep = mb.end_of_sweep;
@@ -558,6 +595,12 @@ impl MinibatchSource {
     /// Number of background threads loading chunks (started at the first minibatch).
     pub fn loader_threads(&self) -> usize {
         self.loader.threads()
+    }
+
+    /// Whether minibatches are being planned ahead on a thread now (after the same size was asked for
+    /// twice in a row, with loading threads). Never changes a minibatch.
+    pub fn plans_ahead(&self) -> bool {
+        self.ahead.is_some()
     }
 
     /// Number of chunks currently held or being loaded (bounded by the window's chunks plus the prefetch
@@ -617,46 +660,52 @@ impl MinibatchSource {
         }
         batch.data.keys.extend(picks.iter().map(|p| p.key));
         batch.data.num_samples.extend(picks.iter().map(|p| p.num_samples));
-        let slot_of = &self.slot_of[..];
-        if self.loader.threads() == 0 || picks.len() < PARALLEL_PICKS {
-            fill(picks, &views, slot_of, &mut batch.data.streams, &mut self.locs);
-            return Ok(());
-        }
-        // Two halves at once: the second into `part` on a pool thread, then appended.
-        let (a, b) = picks.split_at(picks.len() / 2);
-        let part = &mut self.part;
-        let views = &views;
-        let locs = &mut self.locs;
-        if part.len() != batch.data.streams.len() {
-            *part = batch
-                .data
-                .streams
-                .iter()
-                .map(|s| StreamData::new(s.format(), s.dim, s.values.element_type()))
-                .collect();
-        }
-        part.iter_mut().for_each(StreamData::clear);
-        let part_locs = &mut self.part_locs;
-        let pool = self.helper.get_or_insert_with(|| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(1)
-                .thread_name(|_| "cntkio-assemble".into())
-                .build()
-                .map_err(|e| log::warn!("no minibatch assembly thread: {e}"))
-                .ok()
-        });
-        let Some(pool) = pool else {
-            fill(picks, views, slot_of, &mut batch.data.streams, locs);
-            return Ok(());
-        };
-        pool.in_place_scope(|s| {
-            s.spawn(|_| fill(b, views, slot_of, part, part_locs));
-            fill(a, views, slot_of, &mut batch.data.streams, locs);
-        });
-        for (dst, src) in batch.data.streams.iter_mut().zip(self.part.iter()) {
-            append_stream(dst, src);
+        fill(picks, &views, &self.slot_of, &mut batch.data.streams);
+        Ok(())
+    }
+
+    /// Takes the enumerator back from the planning thread, if it runs; the enumerator is then where the
+    /// last minibatch handed out ended (moved back there if plans were made ahead).
+    fn settle(&mut self) -> Result<(), Error> {
+        if let Some(position) = self.take_back() {
+            self.rewind(position)?;
         }
         Ok(())
+    }
+
+    /// Takes the enumerator back from the planning thread, if it runs. Returns the position it must be
+    /// moved back to, if it has moved past it (or was lost with a panicking thread and made anew).
+    fn take_back(&mut self) -> Option<u64> {
+        let a = self.ahead.take()?;
+        let position = a.position;
+        match a.finish() {
+            Ok((e, moved)) => {
+                self.enumerator = e;
+                moved.then_some(position)
+            }
+            Err(err) => {
+                log::warn!("{err}; minibatches are planned on the caller's thread from now on");
+                self.no_ahead = true;
+                match Self::enumerator(&self.source, &self.config) {
+                    Ok(e) => self.enumerator = e,
+                    Err(e) => log::warn!("{e}"),
+                }
+                self.started = false;
+                Some(position)
+            }
+        }
+    }
+
+    /// Moves the enumerator to `position` by an exact restore (the uninterrupted run's continuation).
+    fn rewind(&mut self, position: u64) -> Result<(), Error> {
+        let state = SourceState {
+            version: SourceState::VERSION,
+            position,
+            minibatches: self.minibatches,
+            sweep_size: self.sweep_size,
+            bptt: None,
+        };
+        self.restore(&state)
     }
 
     /// A checkpoint of the current position (READER.md §8.1).
@@ -692,6 +741,8 @@ impl MinibatchSource {
                 state.sweep_size, self.sweep_size
             )));
         }
+        // A planning thread's plans are dropped: the position is set anew below.
+        let _ = self.take_back();
         self.start(false)?;
         let p = state.position;
         let epoch = self.config.epoch();
@@ -739,62 +790,46 @@ impl MinibatchSource {
     }
 }
 
-/// Minibatches with at least this many sequences are assembled by two threads.
-const PARALLEL_PICKS: usize = 64;
+/// How many sequences ahead of the one being copied are asked into the cache.
+const PREFETCH_SEQUENCES: usize = 8;
 
-/// Appends the sequences of `picks` to `dst` (one entry per stream): first brings every sequence's values
-/// into the cache with independent loads (locate, first line, other lines), then copies.
-fn fill(
-    picks: &[Pick],
-    views: &[chunk::ChunkView<'_>],
-    slot_of: &[u32],
-    dst: &mut [StreamData],
-    locs: &mut Vec<usize>,
-) {
+/// Appends the sequences of `picks` to `dst` (one entry per stream), stream by stream, asking for the
+/// sequences a few places ahead while copying (they lie at random places of the chunks).
+fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slot_of: &[u32], dst: &mut [StreamData]) {
     let view = |p: &Pick| views[slot_of[p.chunk as usize] as usize];
-    let ns = dst.len();
-    // A source without streams has nothing to copy (and `chunks_exact` needs a non-zero size).
-    if ns == 0 {
-        return;
-    }
-    locs.clear();
-    for p in picks {
-        let v = view(p);
-        locs.extend((0..ns).map(|st| v.locate(st, p.index as usize)));
-    }
-    let mut acc = 0u64;
-    for (p, at) in picks.iter().zip(locs.chunks_exact(ns)) {
-        let v = view(p);
-        for (st, &a) in at.iter().enumerate() {
-            v.touch_first(st, a, &mut acc);
-        }
-    }
-    for (p, at) in picks.iter().zip(locs.chunks_exact(ns)) {
-        let v = view(p);
-        for (st, &a) in at.iter().enumerate() {
-            v.touch_rest(st, p.index as usize, a, &mut acc);
-        }
-    }
-    std::hint::black_box(acc);
     for (st, d) in dst.iter_mut().enumerate() {
-        for p in picks {
+        for p in picks.iter().take(PREFETCH_SEQUENCES) {
+            view(p).prefetch(st, p.index as usize);
+        }
+        for (i, p) in picks.iter().enumerate() {
+            if let Some(q) = picks.get(i + PREFETCH_SEQUENCES) {
+                view(q).prefetch(st, q.index as usize);
+            }
             view(p).append(st, p.index as usize, d);
         }
     }
 }
 
-/// Appends all sequences of `src` to `dst` (same layout).
-fn append_stream(dst: &mut StreamData, src: &StreamData) {
-    dst.values.extend_from(&src.values, 0..src.values.len());
-    if let (Layout::Sparse { indices, sample_offsets }, Layout::Sparse { indices: si, sample_offsets: so }) =
-        (&mut dst.layout, &src.layout)
-    {
-        indices.extend_from_slice(si);
-        let base = *sample_offsets.last().expect("starts with 0");
-        sample_offsets.extend(so[1..].iter().map(|&o| o + base));
+/// The enumerator's place while it runs on the planning thread: never asked anything (every use of the
+/// enumerator takes it back first).
+struct Parked;
+
+impl SequenceEnumerator for Parked {
+    fn start_epoch(&mut self, _: &EpochConfig) -> Result<(), Error> {
+        Err(Error::config("internal error: the enumerator is on the planning thread"))
     }
-    let base = *dst.sequence_offsets.last().expect("starts with 0");
-    dst.sequence_offsets.extend(src.sequence_offsets[1..].iter().map(|&o| o + base));
+    fn get_next(&mut self, _: u64, _: u64) -> Result<crate::randomize::Minibatch, Error> {
+        Err(Error::config("internal error: the enumerator is on the planning thread"))
+    }
+    fn get_state(&self) -> u64 {
+        0
+    }
+    fn set_state(&mut self, _: u64) -> Result<(), Error> {
+        Err(Error::config("internal error: the enumerator is on the planning thread"))
+    }
+    fn sweep_size(&self) -> u64 {
+        0
+    }
 }
 
 /// Makes `batch` empty with the streams' layout, keeping allocations.
