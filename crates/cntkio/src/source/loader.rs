@@ -61,6 +61,8 @@ pub(crate) struct Loader {
     shared: Arc<Shared>,
     threads: usize,
     handles: Vec<JoinHandle<()>>,
+    /// The process that started the threads (a forked child has none of them).
+    pid: u32,
 }
 
 impl std::fmt::Debug for Loader {
@@ -104,6 +106,7 @@ impl Loader {
             }),
             threads: if on_demand { 0 } else { threads },
             handles: Vec::new(),
+            pid: 0,
         }
     }
 
@@ -124,12 +127,17 @@ impl Loader {
         for i in self.handles.len()..self.threads {
             let shared = self.shared.clone();
             let source = self.source.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("cntkio-loader-{i}"))
-                .spawn(move || worker(&shared, &*source))
-                .expect("start a chunk loader thread");
-            self.handles.push(h);
+            match std::thread::Builder::new().name(format!("cntkio-loader-{i}")).spawn(move || worker(&shared, &*source)) {
+                Ok(h) => self.handles.push(h),
+                Err(e) => {
+                    // Fewer threads (none: the caller's thread loads every chunk); never a different minibatch.
+                    log::warn!("chunk loader thread {i} could not start ({e}); loading with {i} thread(s)");
+                    self.threads = i;
+                    break;
+                }
+            }
         }
+        self.pid = std::process::id();
     }
 
     /// Keeps exactly the chunks of `keep` (distinct; most urgent first) and of `pinned`: evicts the rest
@@ -301,8 +309,12 @@ impl Drop for Loader {
     fn drop(&mut self) {
         self.shared.lock().shutdown = true;
         self.shared.work.notify_all();
-        for h in self.handles.drain(..) {
-            let _ = h.join();
+        // In a forked child the threads do not exist: joining them would wait forever. Their handles are
+        // let go.
+        if std::process::id() == self.pid {
+            for h in self.handles.drain(..) {
+                let _ = h.join();
+            }
         }
     }
 }
