@@ -127,7 +127,10 @@ impl Loader {
         for i in self.handles.len()..self.threads {
             let shared = self.shared.clone();
             let source = self.source.clone();
-            match std::thread::Builder::new().name(format!("cntkio-loader-{i}")).spawn(move || worker(&shared, &*source)) {
+            match std::thread::Builder::new()
+                .name(format!("cntkio-loader-{i}"))
+                .spawn(move || worker(&shared, &*source))
+            {
                 Ok(h) => self.handles.push(h),
                 Err(e) => {
                     // Fewer threads (none: the caller's thread loads every chunk); never a different minibatch.

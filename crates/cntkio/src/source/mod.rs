@@ -320,6 +320,11 @@ pub struct MinibatchSource {
     ahead: Option<ahead::Ahead>,
     last_size: Option<u64>,
     no_ahead: bool,
+    /// Calls in a row with the size of the last one, and how many such calls start planning ahead: 2, doubled
+    /// each time plans made ahead were dropped (a size that keeps changing would make the enumerator move
+    /// back again and again; moving back across a sweep boundary shuffles the window anew).
+    same_size_calls: u64,
+    ahead_after: u64,
     /// The run has started (at the first minibatch or restore).
     started: bool,
 }
@@ -380,6 +385,8 @@ impl MinibatchSource {
             ahead: None,
             last_size: None,
             no_ahead: false,
+            same_size_calls: 0,
+            ahead_after: 2,
             started: false,
         };
         // The run starts (and sweep 0 is shuffled) at the first minibatch, so that loading the first
@@ -509,9 +516,11 @@ impl MinibatchSource {
         let plan_ahead = self.started
             && self.ahead.is_none()
             && !self.no_ahead
+            && self.same_size_calls + 1 >= self.ahead_after
             && self.last_size == Some(size)
             && !self.config.cntk_restore_quirk
             && self.loader.threads() > 0;
+        self.same_size_calls = if self.last_size == Some(size) { self.same_size_calls + 1 } else { 1 };
         self.last_size = Some(size);
         if plan_ahead {
             let e = std::mem::replace(&mut self.enumerator, Box::new(Parked));
@@ -668,6 +677,7 @@ impl MinibatchSource {
     /// last minibatch handed out ended (moved back there if plans were made ahead).
     fn settle(&mut self) -> Result<(), Error> {
         if let Some(position) = self.take_back() {
+            self.ahead_after = (self.ahead_after * 2).min(1 << 12);
             self.rewind(position)?;
         }
         Ok(())
