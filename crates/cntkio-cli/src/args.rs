@@ -73,6 +73,10 @@ pub struct BatchesArgs {
     /// This worker's rank (0-based).
     #[arg(long, default_value_t = 0, value_name = "R")]
     pub rank: u32,
+    /// With --randomize, deal sequences instead of chunks to the workers, so that every worker gets the
+    /// same number of sequences (±1) per sweep (not in CNTK, which deals whole chunks).
+    #[arg(long)]
+    pub balanced_workers: bool,
     /// Also print the state ({"state": …}) once M minibatches have been printed.
     #[arg(long, value_name = "M")]
     pub checkpoint_after: Option<u64>,

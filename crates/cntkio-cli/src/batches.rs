@@ -23,6 +23,13 @@ pub fn deserializer(jobs: &[Job], mmap: bool) -> Result<Arc<dyn Deserializer>, E
     let mut parts: Vec<Arc<dyn Deserializer>> = Vec::new();
     for job in jobs {
         parts.push(match job {
+            Job::Ctf(i) if mmap => Arc::new(CtfReader::open_with(
+                &i.path,
+                &i.schema,
+                &i.options,
+                cntkio::Access::Mmap,
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            )?),
             Job::Ctf(i) => Arc::new(CtfReader::open(&i.path, &i.schema, &i.options)?),
             Job::Cbf(p) => Arc::new(CbfSource::open_with(p, &CbfOptions::default().mmap(mmap))?),
         });
@@ -52,6 +59,7 @@ pub fn config(a: &BatchesArgs) -> MinibatchConfig {
         workers: a.workers,
         rank: a.rank,
         cntk_restore_quirk: a.cntk_restore,
+        balanced_workers: a.balanced_workers,
         threads: a.read.threads,
         prefetch: None,
         truncation_length: a.truncation.unwrap_or(0),

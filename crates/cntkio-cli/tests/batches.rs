@@ -98,3 +98,28 @@ fn workers_split_the_data_and_errors_exit_2() {
     a.extend(STREAMS);
     assert_eq!(cntkio(&a).0, 2);
 }
+
+/// `--balanced-workers`: the single worker's randomized order dealt sequence by sequence — here 8 workers
+/// over 7 chunks, where CNTK's chunk dealing leaves the last worker without data.
+#[test]
+fn balanced_workers_deal_sequences() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = twenty(dir.path());
+    let run = |extra: &[&str]| -> Vec<u64> {
+        let mut a = vec!["batches", f.as_str(), "--mb-size", "3", "--randomize", "--seed", "2"];
+        a.extend(STREAMS);
+        a.extend(extra);
+        let (code, out, err) = cntkio(&a);
+        assert_eq!(code, 0, "{err}");
+        lines(&out).iter().flat_map(|l| keys(l, "a")).collect()
+    };
+    let order = run(&[]);
+    assert_eq!(order.len(), 20);
+    for rank in 0..8 {
+        let r = rank.to_string();
+        let got = run(&["--workers", "8", "--rank", r.as_str(), "--balanced-workers"]);
+        let want: Vec<u64> = order.iter().skip(rank).step_by(8).copied().collect();
+        assert_eq!(got, want, "rank {rank}");
+    }
+    assert!(run(&["--workers", "8", "--rank", "7"]).is_empty());
+}

@@ -368,6 +368,7 @@ fn run_cntkio(job: &Value) -> Value {
         workers: job["workers"].as_u64().unwrap() as u32,
         rank: job["rank"].as_u64().unwrap() as u32,
         cntk_restore_quirk: job["quirk"].as_bool().unwrap(),
+        balanced_workers: false,
         threads: job["threads"].as_u64().map(|t| t as usize),
         prefetch: job["prefetch"].as_u64().map(|t| t as usize),
         truncation_length: 0,
@@ -1676,4 +1677,59 @@ fn planning_ahead_never_changes_a_minibatch() {
         total_ahead += planned_ahead;
     }
     assert!(total_ahead > 500, "planned ahead at {total_ahead} calls");
+}
+
+/// Balanced dealing (`balanced_workers`, not in CNTK): worker `r` of `W` gets exactly the sequences at
+/// indices `t ≡ r (mod W)` of the single worker's randomized order, so workers are disjoint, cover the
+/// data and differ by at most one sequence per sweep, also with fewer chunks than workers; a restore
+/// continues exactly.
+#[test]
+fn balanced_workers_split_the_order_evenly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, read, _) = shards(dir.path(), 200);
+    let few = twenty(dir.path());
+    assert!(few.chunks().len() < 8, "{}", few.chunks().len());
+    for (d, window) in [(&c, Window::Chunks(3)), (&read, Window::Samples(40)), (&few, Window::Chunks(128))] {
+        for seed in [0, 3] {
+            let one = MinibatchConfig { balanced_workers: true, ..cfg(true, window, seed, RunLength::Sweeps(1)) };
+            let order: Vec<u64> =
+                drain(&mut MinibatchSource::new(d.clone(), one.clone()).unwrap(), 10, usize::MAX).concat_keys();
+            assert_eq!(order.len() as u64, d.chunks().iter().map(|c| u64::from(c.num_sequences)).sum::<u64>());
+            for workers in [2u32, 3, 8] {
+                let mut sizes = Vec::new();
+                for rank in 0..workers {
+                    let conf = MinibatchConfig { workers, rank, ..one.clone() };
+                    for mb in [1, 7, 64] {
+                        let got = drain(&mut MinibatchSource::new(d.clone(), conf.clone()).unwrap(), mb, usize::MAX)
+                            .concat_keys();
+                        let want: Vec<u64> =
+                            order.iter().skip(rank as usize).step_by(workers as usize).copied().collect();
+                        assert_eq!(got, want, "{window:?} seed {seed} worker {rank}/{workers} mb {mb}");
+                        sizes.push(got.len());
+                    }
+                }
+                let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                assert!(hi - lo <= 1, "{sizes:?}");
+                // Restore half way through three sweeps.
+                let conf =
+                    MinibatchConfig { workers, rank: workers - 1, run_length: RunLength::Sweeps(3), ..one.clone() };
+                let all = drain(&mut MinibatchSource::new(d.clone(), conf.clone()).unwrap(), 9, usize::MAX);
+                let mut first = MinibatchSource::new(d.clone(), conf.clone()).unwrap();
+                drain(&mut first, 9, all.len() / 2);
+                let mut second = MinibatchSource::new(d.clone(), conf).unwrap();
+                second.restore(&first.state()).unwrap();
+                assert!(drain(&mut second, 9, usize::MAX) == all[all.len() / 2..], "{window:?} restored");
+            }
+        }
+    }
+}
+
+trait ConcatKeys {
+    fn concat_keys(&self) -> Vec<u64>;
+}
+
+impl ConcatKeys for Vec<Batch> {
+    fn concat_keys(&self) -> Vec<u64> {
+        self.iter().flat_map(|b| b.data.keys.iter().copied()).collect()
+    }
 }

@@ -32,6 +32,7 @@ pub struct BlockRandomizer<S> {
     sweep: Option<u64>,
     seed: u64,
     seek_quirk: bool,
+    balanced: bool,
     sweep_size: u64,
     pos: u64,
     epoch_size: u64,
@@ -59,6 +60,7 @@ impl<S: SequenceSource> BlockRandomizer<S> {
             sweep: None,
             seed,
             seek_quirk: false,
+            balanced: false,
             sweep_size,
             pos: 0,
             epoch_size: INFINITELY_REPEAT,
@@ -73,6 +75,15 @@ impl<S: SequenceSource> BlockRandomizer<S> {
     /// the bare sweep number instead of `seed + sweep` (readerref.py `seek_bug`). Off by default.
     pub fn with_cntk_seek_quirk(mut self, on: bool) -> BlockRandomizer<S> {
         self.seek_quirk = on;
+        self
+    }
+
+    /// Deal sequences, not chunks, to the workers: the sequence at index `t` of the sweep's randomized
+    /// order goes to worker `t mod workers` (a deliberate addition, not in CNTK: with CNTK's chunk dealing
+    /// workers get as many samples as their chunks hold, and a worker gets nothing when there are fewer
+    /// chunks than workers). Off by default. The order of the sequences is the same either way.
+    pub fn with_balanced_workers(mut self, on: bool) -> BlockRandomizer<S> {
+        self.balanced = on;
         self
     }
 
@@ -139,11 +150,14 @@ impl<S: SequenceSource> BlockRandomizer<S> {
         let global = global.min(sweep_size - sp);
         let workers = self.workers;
         let rank = self.rank;
+        let balanced = self.balanced;
+        // With balanced dealing: the index in the sweep's order of the sequence offered next.
+        let mut t = self.sequences.sequence_position();
         let (mut g, mut l, mut one) = (0u64, 0u64, at_least_one);
         let (mut eos, mut eoe) = (false, false);
         self.sequences.next(&self.source, |s| {
             let len = u64::from(s.num_samples);
-            let is_local = s.home % workers == rank;
+            let is_local = if balanced { t % u64::from(workers) == u64::from(rank) } else { s.home % workers == rank };
             if !one {
                 if g.saturating_add(len) > global {
                     return false;
@@ -163,6 +177,7 @@ impl<S: SequenceSource> BlockRandomizer<S> {
                 one = false;
             }
             g = g.saturating_add(len);
+            t += 1;
             true
         })?;
         if self.sequences.at_end() && sp.saturating_add(g) < sweep_size {
@@ -232,7 +247,7 @@ impl<S: SequenceSource> SequenceEnumerator for BlockRandomizer<S> {
             reached = self.sweep_size;
         }
         self.pos = (sweep * self.sweep_size).saturating_add(reached);
-        if self.rank as usize >= self.sequences.chunk_randomizer().chunks().len() {
+        if !self.balanced && self.rank as usize >= self.sequences.chunk_randomizer().chunks().len() {
             // CNTK: a worker with no chunk at all is placed at the end of the epoch (READER.md §6).
             self.pos = self.epoch_end();
         }

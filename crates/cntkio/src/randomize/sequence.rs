@@ -103,6 +103,11 @@ impl SequenceRandomizer {
         self.randomize_next(source)
     }
 
+    /// Index, in the randomized order of the sweep, of the sequence at the read cursor.
+    pub fn sequence_position(&self) -> u64 {
+        self.cur_sequence
+    }
+
     /// Sample position of the read cursor inside the sweep.
     pub fn position(&self) -> u64 {
         self.cur_sample

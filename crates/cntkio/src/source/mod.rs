@@ -129,6 +129,12 @@ pub struct MinibatchConfig {
     /// Restore as CNTK 2.7 does, quirks included (see the module docs). Default false: exact
     /// continuation.
     pub cntk_restore_quirk: bool,
+    /// With randomization, deal sequences instead of chunks to the workers: the sequence at index `t` of
+    /// the sweep's randomized order goes to worker `t mod workers`, so that every worker gets the same
+    /// number of sequences (±1) per sweep. A deliberate addition, not in CNTK (whose chunk dealing gives
+    /// workers as many samples as their chunks hold, and nothing to a worker beyond the number of chunks).
+    /// Default false. Without randomization sequences are dealt round robin anyway (as in CNTK).
+    pub balanced_workers: bool,
     /// Background threads loading chunks ahead (`None`: the environment variable `CNTKIO_THREADS` if set,
     /// else the number of cores; `Some(0)`: chunks are loaded on the caller's thread when needed). Threads
     /// start at the first minibatch, not at construction. Never changes a minibatch.
@@ -153,6 +159,7 @@ impl Default for MinibatchConfig {
             workers: 1,
             rank: 0,
             cntk_restore_quirk: false,
+            balanced_workers: false,
             threads: None,
             prefetch: None,
             truncation_length: 0,
@@ -357,8 +364,9 @@ impl MinibatchSource {
             config.randomized(),
             config.window,
             config.seed,
-            config.workers,
-            config.rank,
+            // Balanced dealing takes sequences from every chunk: the loader plans them all.
+            if config.balanced_workers { 1 } else { config.workers },
+            if config.balanced_workers { 0 } else { config.rank },
             config.prefetch_depth(),
             config.run_end(sweep_size),
         );
@@ -431,7 +439,10 @@ impl MinibatchSource {
             a.position
         } else if self.started {
             self.enumerator.get_state()
-        } else if self.config.randomized() && self.config.rank as usize >= self.source.chunks().len() {
+        } else if self.config.randomized()
+            && !self.config.balanced_workers
+            && self.config.rank as usize >= self.source.chunks().len()
+        {
             // A worker without chunks starts at the end (READER.md §6).
             self.config.run_end(self.sweep_size)
         } else {
@@ -443,7 +454,8 @@ impl MinibatchSource {
         Ok(if config.randomized() {
             Box::new(
                 BlockRandomizer::new(source.clone(), config.window, config.seed)?
-                    .with_cntk_seek_quirk(config.cntk_restore_quirk),
+                    .with_cntk_seek_quirk(config.cntk_restore_quirk)
+                    .with_balanced_workers(config.balanced_workers),
             )
         } else {
             Box::new(NoRandomizer::new(source.clone())?)
