@@ -40,6 +40,7 @@ from cntkio._errors import (
 __version__: str = _native.__version__
 
 __all__ = [
+    "BpttLayout",
     "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
     "FULL_DATA_SWEEP",
     "INFINITELY_REPEAT",
@@ -750,6 +751,7 @@ def validate(
 
 from cntkio._source import (  # noqa: E402
     DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
+    BpttLayout,
     FULL_DATA_SWEEP,
     INFINITELY_REPEAT,
     Minibatch,

@@ -185,11 +185,34 @@ INFINITELY_REPEAT: int
 FULL_DATA_SWEEP: int
 DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS: int
 
+class BpttLayout:
+    rows: int
+    columns: int
+    fragments: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    def __init__(self, rows: int, columns: int, fragments: Any, lengths: Any) -> None: ...
+    @property
+    def num_fragments(self) -> int: ...
+    @property
+    def row(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def column(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def offset(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def sequence_len(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def starts(self) -> npt.NDArray[np.bool_]: ...
+    @property
+    def ends(self) -> npt.NDArray[np.bool_]: ...
+    def mask(self) -> npt.NDArray[np.uint8]: ...
+
 class MinibatchData(StreamData):
     info: StreamInformation
     keys: npt.NDArray[np.uint64]
     sequence_lengths: npt.NDArray[np.uint32]
     end_of_sweep: bool
+    bptt: Optional[BpttLayout]
     @property
     def max_length(self) -> int: ...
     @property
@@ -200,6 +223,7 @@ class MinibatchData(StreamData):
     def mask(self) -> npt.NDArray[np.uint8]: ...
     def asarray(self) -> Any: ...
     def as_sequences(self, variable: Any = ...) -> List[Any]: ...
+    def rows(self) -> Tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.uint8]]: ...
     def __len__(self) -> int: ...
 
 class Minibatch(Mapping[StreamInformation, MinibatchData]):
@@ -207,6 +231,7 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
     sequence_lengths: Optional[npt.NDArray[np.uint32]]
     end_of_sweep: bool
     end_of_run: bool
+    bptt: Optional[BpttLayout]
     @property
     def num_sequences(self) -> int: ...
     @property
@@ -218,6 +243,7 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
 
 class MinibatchSource:
     randomized: bool
+    truncation_length: int
     def __init__(
         self,
         deserializers: Union[_Deserializer, Sequence[_Deserializer]],

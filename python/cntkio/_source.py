@@ -47,6 +47,84 @@ def _bool(name: str, value: Any) -> bool:
     return bool(value)
 
 
+class BpttLayout:
+    """Where the sequences of a truncated-BPTT minibatch lie (CNTK's ``MBLayout`` of its
+    ``TruncatedBPTTPacker``): ``rows`` parallel rows of ``columns`` time steps (the truncation length).
+    Each sequence of the minibatch is a *fragment* of a data sequence: the ``i``-th (in the minibatch's
+    order, row by row and left to right) lies in row ``row[i]`` from column ``column[i]`` for
+    ``lengths[i]`` steps; ``offset[i]`` samples of its sequence (``sequence_len[i]`` samples long) were
+    delivered in earlier minibatches. A row continues its sequence in the next minibatch, so a recurrent
+    state carried per row is reset exactly where a fragment ``starts``.
+
+    ``fragments`` is the ``(fragments, 4)`` int64 array ``[row, column, offset, sequence_len]``.
+    """
+
+    __slots__ = ("rows", "columns", "fragments", "lengths")
+
+    def __init__(self, rows: int, columns: int, fragments: Any, lengths: Any) -> None:
+        self.rows = int(rows)
+        """Parallel rows of this worker."""
+        self.columns = int(columns)
+        """Time steps of the minibatch: the truncation length."""
+        self.fragments = fragments
+        self.lengths = _np.asarray(lengths, dtype=_np.int64)
+        """Each fragment's length in samples (the minibatch's ``sequence_lengths``)."""
+
+    @property
+    def num_fragments(self) -> int:
+        return len(self.fragments)
+
+    @property
+    def row(self) -> Any:
+        return self.fragments[:, 0]
+
+    @property
+    def column(self) -> Any:
+        """The column of each fragment's first sample."""
+        return self.fragments[:, 1]
+
+    @property
+    def offset(self) -> Any:
+        """Samples of each fragment's sequence delivered in earlier minibatches."""
+        return self.fragments[:, 2]
+
+    @property
+    def sequence_len(self) -> Any:
+        """Each fragment's whole sequence's length."""
+        return self.fragments[:, 3]
+
+    @property
+    def starts(self) -> Any:
+        """Boolean per fragment: it begins its sequence (``offset == 0``; CNTK's mask value 2)."""
+        return self.offset == 0
+
+    @property
+    def ends(self) -> Any:
+        """Boolean per fragment: it ends its sequence (the next minibatch's row goes on with another)."""
+        return self.offset + self.lengths == self.sequence_len
+
+    def mask(self) -> Any:
+        """``(rows, columns)`` uint8: 2 where a sequence begins, 1 at its other samples, 0 in gaps."""
+        m = _np.zeros((self.rows, self.columns), dtype=_np.uint8)
+        r, c = self._cells()
+        m[r, c] = 1
+        first = self.starts & (self.lengths > 0)
+        m[self.row[first], self.column[first]] = 2
+        return m
+
+    def _cells(self) -> Tuple[Any, Any]:
+        """Row and column of every sample of the minibatch, in the packed (fragment after fragment) order."""
+        lengths = self.lengths
+        total = int(lengths.sum())
+        starts = _np.concatenate(([0], _np.cumsum(lengths)[:-1])) if len(lengths) else _np.zeros(0, _np.int64)
+        rows = _np.repeat(self.row, lengths)
+        cols = _np.repeat(self.column - starts, lengths) + _np.arange(total)
+        return rows, cols
+
+    def __repr__(self) -> str:
+        return f"<BpttLayout rows={self.rows} columns={self.columns} fragments={self.num_fragments}>"
+
+
 class MinibatchData(StreamData):
     """One stream of a minibatch, as ``cntk.io.MinibatchData``.
 
@@ -63,7 +141,7 @@ class MinibatchData(StreamData):
     ``todense()``.
     """
 
-    __slots__ = ("info", "keys", "sequence_lengths", "end_of_sweep")
+    __slots__ = ("info", "keys", "sequence_lengths", "end_of_sweep", "bptt")
 
     def __init__(
         self,
@@ -75,16 +153,22 @@ class MinibatchData(StreamData):
         keys: Any,
         sequence_lengths: Any,
         end_of_sweep: bool,
+        bptt: Optional[BpttLayout] = None,
     ) -> None:
         StreamData.__init__(self, info.name, info.dim, info.is_sparse, values, offsets, indices, indptr)
         self.info = info
         self.keys = keys
         self.sequence_lengths = sequence_lengths
         self.end_of_sweep = end_of_sweep
+        self.bptt = bptt
+        """With truncated BPTT: the minibatch's :class:`BpttLayout` (each sequence is then a fragment)."""
 
     @property
     def max_length(self) -> int:
-        """The longest sequence of this stream in the minibatch."""
+        """The longest sequence of this stream in the minibatch; with truncated BPTT the truncation length
+        (CNTK's time axis is the layout's columns)."""
+        if self.bptt is not None:
+            return self.bptt.columns
         lengths = self.lengths
         return int(lengths.max()) if len(lengths) else 0
 
@@ -101,24 +185,44 @@ class MinibatchData(StreamData):
     @property
     def mask(self) -> Any:
         """CNTK's mask, ``(sequences, longest)`` uint8: 2 at a sequence's first sample, 1 at its other
-        samples, 0 after its end."""
+        samples, 0 after its end. With truncated BPTT ``(fragments, truncation length)``, and a fragment
+        continuing a sequence of an earlier minibatch starts with 1, not 2 (as CNTK's)."""
         lengths = self.lengths
         m = (_np.arange(self.max_length) < lengths[:, None]).astype(_np.uint8)
         if m.shape[1]:
-            m[lengths > 0, 0] = 2
+            first = lengths > 0
+            if self.bptt is not None:
+                first &= self.bptt.starts
+            m[first, 0] = 2
         return m
 
     def asarray(self) -> Any:
         """Dense: ``(sequences, longest, dim)`` with zeros after each sequence's end (a view of
-        ``values`` when every sequence has the same length). Sparse: one CSR matrix per sequence (raw
-        ``(data, indices, indptr)`` parts without SciPy), as CNTK returns them."""
+        ``values`` when every sequence has the same length); with truncated BPTT ``(fragments, truncation
+        length, dim)``, as CNTK's ``Value``. Sparse: one CSR matrix per sequence (raw ``(data, indices,
+        indptr)`` parts without SciPy), as CNTK returns them."""
         if self.is_sparse:
             return self.as_sequences()
         lengths = self.lengths
         s = len(lengths)
-        if s and int(lengths[0]) * s == self.num_samples and bool((lengths == lengths[0]).all()):
-            return self.values.reshape(s, int(lengths[0]), self.dim)
-        return self.padded()[0]
+        width = self.max_length
+        if s and width * s == self.num_samples and bool((lengths == width).all()):
+            return self.values.reshape(s, width, self.dim)
+        return self.padded(width)[0]
+
+    def rows(self) -> Tuple[Any, Any]:
+        """Truncated BPTT: the packed layout, ``(array, mask)`` — samples shaped ``(rows, truncation
+        length, dim)`` (zeros in gaps) and the :meth:`BpttLayout.mask` ``(rows, truncation length)``
+        uint8 (2 where a sequence begins, 1 at its other samples, 0 in gaps). Row ``r`` of the next
+        minibatch continues row ``r`` of this one. Sparse streams never occur (BPTT densifies them)."""
+        layout = self.bptt
+        if layout is None:
+            raise UsageError("rows() needs a minibatch of truncated BPTT (truncation_length > 0)")
+        dense = self.todense()
+        out = _np.zeros((layout.rows, layout.columns, self.dim), dtype=dense.dtype)
+        r, c = layout._cells()
+        out[r, c] = dense
+        return out, layout.mask()
 
     def as_sequences(self, variable: Any = None) -> List[Any]:
         """Each sequence's samples: dense ``(length, dim)`` views, sparse CSR matrices. ``variable`` is
@@ -141,7 +245,7 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
     :class:`MinibatchData`, as CNTK's dict; items can also be looked up by stream name (``mb['features']``).
     Empty (and false) when the run is over."""
 
-    __slots__ = ("_items", "_by_name", "sequence_keys", "sequence_lengths", "end_of_sweep", "end_of_run")
+    __slots__ = ("_items", "_by_name", "sequence_keys", "sequence_lengths", "end_of_sweep", "end_of_run", "bptt")
 
     def __init__(
         self,
@@ -150,6 +254,7 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
         sequence_lengths: Any = None,
         end_of_sweep: bool = False,
         end_of_run: bool = True,
+        bptt: Optional[BpttLayout] = None,
     ) -> None:
         self._items = items
         self._by_name = {info.name: data for info, data in items.items()}
@@ -161,6 +266,9 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
         """The minibatch reached or crossed the end of a sweep."""
         self.end_of_run = end_of_run
         """The run (``max_samples`` / ``max_sweeps``) ended with this minibatch."""
+        self.bptt = bptt
+        """With truncated BPTT (``truncation_length > 0``): the :class:`BpttLayout` of the rows; each
+        sequence (key, length) is then a fragment of the data sequence with that key. None otherwise."""
 
     @property
     def num_sequences(self) -> int:
@@ -168,7 +276,8 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
 
     @property
     def num_samples(self) -> int:
-        """Σ of the declared sequence lengths (what the requested size counted)."""
+        """Σ of the declared sequence lengths (what the requested size counted); with truncated BPTT the
+        samples of the fragments."""
         return 0 if self.sequence_lengths is None else int(self.sequence_lengths.sum(dtype=_np.uint64))
 
     def __getitem__(self, key: Union[StreamInformation, str]) -> MinibatchData:
@@ -245,7 +354,15 @@ class MinibatchSource:
         trace_level, multithreaded_deserializer: accepted for compatibility; no effect (reading always uses
             every core; log records go to :mod:`logging`).
         frame_mode: every stream of every sequence must have at most one sample.
-        truncation_length: truncated BPTT — not supported yet (:class:`NotImplementedError` when > 0).
+        truncation_length: truncated BPTT with this length in samples (READER.md §5.3, CNTK's
+            ``TruncatedBPTTPacker``): ``max(1, size // truncation_length)`` parallel rows (shared between
+            partitions), each a queue of whole sequences cut into fragments of at most
+            ``truncation_length`` samples that continue in the next minibatch; every stream is delivered
+            dense and must have the same length as the others in each sequence. The minibatch's
+            :attr:`Minibatch.bptt` gives the layout; :meth:`MinibatchData.asarray` / ``mask`` are CNTK's
+            ``(fragments, truncation_length, dim)`` form, :meth:`MinibatchData.rows` the packed rows.
+            Checkpoints hold the rows. A new minibatch size starts new rows (the sequences held are
+            dropped, as in CNTK).
         randomize: False turns randomization off whatever the windows.
         max_errors: CNTK 2.7's reader-level budget, which never reached the CTF parser; accepted, no
             effect (set ``maxErrors`` on the deserializer).
@@ -326,10 +443,6 @@ class MinibatchSource:
             )
         if frame and truncation:
             raise UsageError("frame mode and truncation are mutually exclusive (frame_mode=True, truncation_length > 0)")
-        if truncation:
-            raise NotImplementedError(
-                "truncation_length (truncated BPTT) is not supported by cntkio yet; use truncation_length=0"
-            )
         run_samples: Optional[int] = None
         run_sweeps: Optional[int] = None
         if max_samples == FULL_DATA_SWEEP:
@@ -353,7 +466,10 @@ class MinibatchSource:
             max_sweeps=run_sweeps,
             frame_mode=frame,
             cntk_restore_quirk=self._quirk,
+            truncation_length=truncation,
         )
+        self.truncation_length: int = truncation
+        """Truncated BPTT's length in samples (0: off)."""
         self._infos = [StreamInformation(n, a, d, sp, _np.dtype(t), m) for n, a, d, sp, t, m in self._src.stream_infos()]
         self._streams: Optional[_Record] = None
 
@@ -431,12 +547,13 @@ class MinibatchSource:
         if raw is None:
             mb = Minibatch({})
         else:
-            keys, lengths, streams, eos, eor = raw
+            keys, lengths, streams, eos, eor, layout = raw
+            bptt = None if layout is None else BpttLayout(layout[0], layout[1], layout[2], lengths)
             items = {
-                info: MinibatchData(info, values, offsets, indices, indptr, keys, lengths, eos)
+                info: MinibatchData(info, values, offsets, indices, indptr, keys, lengths, eos, bptt)
                 for info, (values, offsets, indices, indptr) in zip(self._infos, streams)
             }
-            mb = Minibatch(items, keys, lengths, eos, eor)
+            mb = Minibatch(items, keys, lengths, eos, eor, bptt)
         if input_map is None:
             return mb
         if not mb:
@@ -450,7 +567,9 @@ class MinibatchSource:
     def get_checkpoint_state(self) -> Dict[str, Any]:
         """The position, as a JSON-compatible dict: CNTK's ``minibatchSourcePosition`` (the global sample
         position of the next sequence) with cntkio's ``version``, ``position``, ``minibatches`` and
-        ``sweep_size`` (checked on restore). Meaningful only with the same data and arguments, as in CNTK."""
+        ``sweep_size`` (checked on restore) and, with truncated BPTT, ``bptt``: the sequences held in the
+        rows (version 2), so that a restore continues them. Meaningful only with the same data and
+        arguments, as in CNTK."""
         state: Dict[str, Any] = _json.loads(self._src.state())
         state["minibatchSourcePosition"] = state["position"]
         return state
