@@ -48,6 +48,7 @@ class StreamInformation(NamedTuple):
     is_sparse: bool
     dtype: np.dtype[Any]
     defines_mb_size: bool
+    shape: Optional[Tuple[int, ...]] = ...
     @property
     def m_name(self) -> str: ...
     @property
@@ -62,11 +63,20 @@ class _Record(Dict[str, Any]):
 
 class StreamData:
     def __init__(
-        self, name: str, dim: int, is_sparse: bool, values: Any, offsets: Any, indices: Any, indptr: Any
+        self,
+        name: str,
+        dim: int,
+        is_sparse: bool,
+        values: Any,
+        offsets: Any,
+        indices: Any,
+        indptr: Any,
+        sample_shape: Optional[Tuple[int, ...]] = ...,
     ) -> None: ...
     name: str
     dim: int
     is_sparse: bool
+    sample_shape: Tuple[int, ...]
     values: npt.NDArray[np.floating[Any]]
     offsets: npt.NDArray[np.int64]
     indices: Optional[npt.NDArray[np.int32]]
@@ -80,7 +90,7 @@ class StreamData:
     @property
     def lengths(self) -> npt.NDArray[np.int64]: ...
     @property
-    def shape(self) -> Tuple[int, int]: ...
+    def shape(self) -> Tuple[int, ...]: ...
     def raw(self) -> Tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.int32], npt.NDArray[np.signedinteger[Any]]]: ...
     def csr(self) -> Any: ...
     def asarray(self) -> Any: ...
@@ -216,7 +226,7 @@ class MinibatchData(StreamData):
     @property
     def max_length(self) -> int: ...
     @property
-    def shape(self) -> Tuple[int, int, int]: ...  # type: ignore[override]
+    def shape(self) -> Tuple[int, ...]: ...
     @property
     def data(self) -> MinibatchData: ...
     @property

@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as _np
 
 from cntkio import _native
-from cntkio import StreamData, StreamInformation, UsageError, _Deserializer, _Record
+from cntkio import StreamData, StreamInformation, UsageError, _Deserializer, _infos, _Record
 
 INFINITELY_REPEAT: int = 2**64 - 1
 """``max_samples`` / ``max_sweeps``: repeat the data forever (the default)."""
@@ -130,11 +130,13 @@ class MinibatchData(StreamData):
 
     CNTK's accessors: ``num_sequences``, ``num_samples`` (this stream's samples, so a label stream with one
     label per sequence has ``num_samples == num_sequences``), ``end_of_sweep``, ``is_sparse``, ``shape``
-    (``(sequences, longest sequence, dim)``), ``mask`` (2 = start of a sequence, 1 = sample, 0 = padding),
-    ``asarray()`` (dense: the padded ``(sequences, longest, dim)`` array; sparse: one CSR matrix per
-    sequence), ``as_sequences()`` and ``data`` (the object itself, for ``mb[s].data.asarray()``).
+    (``(sequences, longest sequence, *sample_shape)``), ``mask`` (2 = start of a sequence, 1 = sample, 0 =
+    padding), ``asarray()`` (dense: the padded ``(sequences, longest, *sample_shape)`` array; sparse: one CSR
+    matrix per sequence, over the flattened dimension), ``as_sequences()`` and ``data`` (the object itself,
+    for ``mb[s].data.asarray()``).
 
-    cntkio's: the packed samples ``values`` (``(samples, dim)``, dense; the NumPy array owns the memory the
+    cntkio's: the packed samples ``values`` (``(samples, *sample_shape)``, dense — ``sample_shape`` is the
+    StreamDef's shape, ``(dim,)`` for an int; the NumPy array owns the memory the
     reader filled, nothing was copied), ``offsets`` (sequence ``s`` is ``offsets[s]:offsets[s+1]``),
     ``lengths``, ``keys`` (sequence keys), ``sequence_lengths`` (declared lengths, what the minibatch size
     counts), ``csr()`` / ``raw()`` (sparse, samples as rows), ``padded()`` (array and boolean mask),
@@ -155,7 +157,9 @@ class MinibatchData(StreamData):
         end_of_sweep: bool,
         bptt: Optional[BpttLayout] = None,
     ) -> None:
-        StreamData.__init__(self, info.name, info.dim, info.is_sparse, values, offsets, indices, indptr)
+        StreamData.__init__(
+            self, info.name, info.dim, info.is_sparse, values, offsets, indices, indptr, info.sample_shape
+        )
         self.info = info
         self.keys = keys
         self.sequence_lengths = sequence_lengths
@@ -173,9 +177,9 @@ class MinibatchData(StreamData):
         return int(lengths.max()) if len(lengths) else 0
 
     @property
-    def shape(self) -> Tuple[int, int, int]:  # type: ignore[override]
-        """``(sequences, longest sequence, dim)``, as CNTK's."""
-        return (self.num_sequences, self.max_length, self.dim)
+    def shape(self) -> Tuple[int, ...]:
+        """``(sequences, longest sequence, *sample_shape)``, as CNTK's (sparse: ``(…, dim)``)."""
+        return (self.num_sequences, self.max_length) + self._item_shape
 
     @property
     def data(self) -> "MinibatchData":
@@ -197,9 +201,9 @@ class MinibatchData(StreamData):
         return m
 
     def asarray(self) -> Any:
-        """Dense: ``(sequences, longest, dim)`` with zeros after each sequence's end (a view of
+        """Dense: ``(sequences, longest, *sample_shape)`` with zeros after each sequence's end (a view of
         ``values`` when every sequence has the same length); with truncated BPTT ``(fragments, truncation
-        length, dim)``, as CNTK's ``Value``. Sparse: one CSR matrix per sequence (raw ``(data, indices,
+        length, *sample_shape)``, as CNTK's ``Value``. Sparse: one CSR matrix per sequence (raw ``(data, indices,
         indptr)`` parts without SciPy), as CNTK returns them."""
         if self.is_sparse:
             return self.as_sequences()
@@ -207,19 +211,19 @@ class MinibatchData(StreamData):
         s = len(lengths)
         width = self.max_length
         if s and width * s == self.num_samples and bool((lengths == width).all()):
-            return self.values.reshape(s, width, self.dim)
+            return self.values.reshape((s, width) + self.sample_shape)
         return self.padded(width)[0]
 
     def rows(self) -> Tuple[Any, Any]:
         """Truncated BPTT: the packed layout, ``(array, mask)`` — samples shaped ``(rows, truncation
-        length, dim)`` (zeros in gaps) and the :meth:`BpttLayout.mask` ``(rows, truncation length)``
+        length, *sample_shape)`` (zeros in gaps) and the :meth:`BpttLayout.mask` ``(rows, truncation length)``
         uint8 (2 where a sequence begins, 1 at its other samples, 0 in gaps). Row ``r`` of the next
         minibatch continues row ``r`` of this one. Sparse streams never occur (BPTT densifies them)."""
         layout = self.bptt
         if layout is None:
             raise UsageError("rows() needs a minibatch of truncated BPTT (truncation_length > 0)")
         dense = self.todense()
-        out = _np.zeros((layout.rows, layout.columns, self.dim), dtype=dense.dtype)
+        out = _np.zeros((layout.rows, layout.columns) + self._item_shape, dtype=dense.dtype)
         r, c = layout._cells()
         out[r, c] = dense
         return out, layout.mask()
@@ -470,7 +474,10 @@ class MinibatchSource:
         )
         self.truncation_length: int = truncation
         """Truncated BPTT's length in samples (0: off)."""
-        self._infos = [StreamInformation(n, a, d, sp, _np.dtype(t), m) for n, a, d, sp, t, m in self._src.stream_infos()]
+        shapes: Dict[str, Tuple[int, ...]] = {}
+        for d in self._deserializers:
+            shapes.update(d._shapes())
+        self._infos = _infos(self._src.stream_infos(), shapes)
         self._streams: Optional[_Record] = None
 
     # ---- streams ----------------------------------------------------------------------------------------
