@@ -777,7 +777,9 @@ def validate(
 
     CTF files need their streams: ``streams`` (a :class:`StreamDefs`) or a :class:`CTFDeserializer` as
     ``path`` (its options apply). ``valid`` is False when CNTK could not read the file (more errors than
-    ``max_errors``, a sequence lacking a stream, a fatal error).
+    ``max_errors``, a sequence lacking a stream, no sequence at all, a fatal error). The checks are the
+    library's ``cntkio::validate``, the same as ``cntkio validate``'s (CBF: streams of mixed precision and
+    streams without samples are errors, a chunk table disagreeing with the sequences a warning).
     """
     if isinstance(path, _Deserializer):
         src, config_from = path.path, path
