@@ -21,6 +21,7 @@ while files are read; the Rust library's log records go to :mod:`logging`.
 from __future__ import annotations
 
 import json as _json
+import logging as _logging
 import os as _os
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -525,6 +526,13 @@ class _Deserializer(dict):  # type: ignore[type-arg]
         until the configuration changes."""
         key = repr(sorted(self._config().items(), key=lambda kv: kv[0]))
         if self.__dict__.get("_reader") is None or self.__dict__.get("_reader_key") != key:
+            if dict.get(self, "traceLevel") is not None:
+                _logging.getLogger("cntkio").warning(
+                    "%s option traceLevel=%r is accepted for compatibility and has no effect: cntkio's messages "
+                    "go to the 'cntkio' logger of the logging module (set its level instead)",
+                    type(self).__name__,
+                    dict.get(self, "traceLevel"),
+                )
             self.__dict__["_reader"] = _native.Reader(self._config())
             self.__dict__["_reader_key"] = key
         return self.__dict__["_reader"]
@@ -601,7 +609,8 @@ class CTFDeserializer(_Deserializer):
     Options as in CNTK, set as items (``d['maxErrors'] = 10``) or keywords (``max_errors=10``):
     ``chunkSizeInBytes`` (32 MiB), ``maxErrors`` (0), ``skipSequenceIds`` (False), ``cacheIndex`` (False),
     ``keepDataInMemory`` (False), ``precision`` (``"float"`` or ``"double"``, honoured — CNTK's Python API
-    ignored it), ``traceLevel``, and cntkio's ``mmap`` (read through a memory map; the file must not change
+    ignored it), ``traceLevel`` (accepted for compatibility, no effect: a warning is logged; cntkio's
+    messages go to the ``cntkio`` logger), and cntkio's ``mmap`` (read through a memory map; the file must not change
     while it is open).
     """
 
@@ -623,7 +632,8 @@ class CTFDeserializer(_Deserializer):
 class CBFDeserializer(_Deserializer):
     """A CNTK Binary Format file, as ``cntk.io.CBFDeserializer(filename, streams)``. The file carries its
     streams; ``streams`` only renames them (``StreamDefs(new=StreamDef(field='name_in_file'))``). Values
-    come in the file's element type unless ``precision`` is set (then converted)."""
+    come in the file's element type unless ``precision`` is set (then converted). ``traceLevel`` is accepted
+    for compatibility and has no effect (a warning is logged); ``mmap`` reads through a memory map."""
 
     _TYPE = _native.CBF_TYPE
     _OPTIONS = _CBF_OPTIONS

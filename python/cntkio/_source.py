@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json as _json
+import logging as _logging
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as _np
 
 from cntkio import _native
-from cntkio import StreamData, StreamInformation, UsageError, _Deserializer, _infos, _Record
+from cntkio import CTFDeserializer, StreamData, StreamInformation, UsageError, _Deserializer, _infos, _Record
+
+_log = _logging.getLogger("cntkio")
 
 INFINITELY_REPEAT: int = 2**64 - 1
 """``max_samples`` / ``max_sweeps``: repeat the data forever (the default)."""
@@ -355,8 +358,11 @@ class MinibatchSource:
         randomization_window_in_samples: a window in samples instead (needs
             ``randomization_window_in_chunks=0``: both non-zero is an error, as in CNTK).
         randomization_seed: sweep *k* is shuffled with ``randomization_seed + k``.
-        trace_level, multithreaded_deserializer: accepted for compatibility; no effect (reading always uses
-            every core; log records go to :mod:`logging`).
+        trace_level: accepted for compatibility; no effect, and a warning is logged when it is given
+            (cntkio's messages go to the ``cntkio`` logger of :mod:`logging`; set its level instead).
+        multithreaded_deserializer: False loads chunks on the calling thread when they are needed
+            (no background loading); True or None (the default): background loader threads, one per core
+            (``CNTKIO_THREADS`` overrides). Never changes a minibatch.
         frame_mode: every stream of every sequence must have at most one sample.
         truncation_length: truncated BPTT with this length in samples (READER.md §5.3, CNTK's
             ``TruncatedBPTTPacker``): ``max(1, size // truncation_length)`` parallel rows (shared between
@@ -368,8 +374,9 @@ class MinibatchSource:
             Checkpoints hold the rows. A new minibatch size starts new rows (the sequences held are
             dropped, as in CNTK).
         randomize: False turns randomization off whatever the windows.
-        max_errors: CNTK 2.7's reader-level budget, which never reached the CTF parser; accepted, no
-            effect (set ``maxErrors`` on the deserializer).
+        max_errors: errors tolerated by every CTF deserializer that does not set its own ``maxErrors``
+            (cntkio; CNTK 2.7 took it as a budget of invalid sequences, which CTF and CBF never produce, so
+            it had no effect there). A warning is logged when no deserializer is CTF.
         concat: (cntkio) read several deserializers one after another instead of joining them by key.
         cntk_restore_quirk: (cntkio) restore checkpoints as CNTK 2.7 did, quirks included, instead of
             continuing exactly as the uninterrupted run (see the README).
@@ -433,9 +440,18 @@ class MinibatchSource:
         frame = _bool("frame_mode", args["frame_mode"])
         truncation = _int("truncation_length", args["truncation_length"])
         rand = _bool("randomize", args["randomize"])
-        _int("max_errors", args["max_errors"])
-        if args["multithreaded_deserializer"] is not None:
-            _bool("multithreaded_deserializer", args["multithreaded_deserializer"])
+        max_errors = _int("max_errors", args["max_errors"])
+        threads: Optional[int] = None
+        if args["multithreaded_deserializer"] is not None and not _bool(
+            "multithreaded_deserializer", args["multithreaded_deserializer"]
+        ):
+            threads = 0  # chunks loaded on the calling thread, when needed
+        if args["trace_level"] is not None:
+            _log.warning(
+                "MinibatchSource(trace_level=%r) is accepted for compatibility and has no effect: cntkio's "
+                "messages go to the 'cntkio' logger of the logging module (set its level instead)",
+                args["trace_level"],
+            )
         if max_samples != INFINITELY_REPEAT and max_sweeps != INFINITELY_REPEAT:
             raise UsageError("max samples and max sweeps are mutually exclusive options; set only one of them")
         if not rand:
@@ -457,8 +473,18 @@ class MinibatchSource:
             run_sweeps = max_sweeps
         self.randomized: bool = bool(chunks or samples)
         """Whether sequences are randomized (randomize=True with a non-zero window)."""
-        # The caller's deserializers keep their opened files (a CTF index is built once per object).
-        readers = [d.open() for d in deserializers]
+        # The caller's deserializers keep their opened files (a CTF index is built once per object); those
+        # given the source's max_errors are opened as the source's copies.
+        readers = []
+        for i, d in enumerate(deserializers):
+            if max_errors and isinstance(d, CTFDeserializer) and "maxErrors" not in d:
+                self._deserializers[i]["maxErrors"] = max_errors
+                d = self._deserializers[i]
+            readers.append(d.open())
+        if max_errors and not any(isinstance(d, CTFDeserializer) for d in deserializers):
+            _log.warning(
+                "MinibatchSource(max_errors=%d) has no effect: only CTF deserializers tolerate errors", max_errors
+            )
         self._src = _native.Source(
             readers,
             join=not self._concat,
@@ -471,6 +497,7 @@ class MinibatchSource:
             frame_mode=frame,
             cntk_restore_quirk=self._quirk,
             truncation_length=truncation,
+            threads=threads,
         )
         self.truncation_length: int = truncation
         """Truncated BPTT's length in samples (0: off)."""
@@ -479,6 +506,7 @@ class MinibatchSource:
             shapes.update(d._shapes())
         self._infos = _infos(self._src.stream_infos(), shapes)
         self._streams: Optional[_Record] = None
+        self._device_warned = False
 
     # ---- streams ----------------------------------------------------------------------------------------
     def stream_infos(self) -> List[StreamInformation]:
@@ -541,10 +569,14 @@ class MinibatchSource:
         ``num_data_partitions`` / ``partition_index``: this worker's share of the data (CNTK's distributed
         reading: with randomization whole chunks are dealt to workers, without it sequences round robin);
         each worker gets about ``minibatch_size_in_samples / num_data_partitions`` samples. They may change
-        between calls (the source continues from its position). ``device`` is ignored (NumPy arrays).
+        between calls (the source continues from its position). ``device`` has no effect (NumPy arrays;
+        a warning is logged the first time one is given).
 
         The GIL is released while the minibatch is read.
         """
+        if device is not None and not self._device_warned:
+            self._device_warned = True
+            _log.warning("next_minibatch(device=%r) has no effect: cntkio returns NumPy arrays on the CPU", device)
         size = _int("minibatch_size_in_samples", minibatch_size_in_samples)
         workers = 1 if num_data_partitions is None else _int("num_data_partitions", num_data_partitions, 1)
         rank = 0 if partition_index is None else _int("partition_index", partition_index)

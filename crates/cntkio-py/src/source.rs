@@ -132,9 +132,10 @@ impl Source {
     /// A source over `readers`: one, several joined by key (`join`, CNTK's composite reader) or several
     /// shards with the same streams read one after another. `max_samples` / `max_sweeps` (at most one):
     /// the run length, none = infinite. `window_samples > 0` selects a window in samples.
-    /// `truncation_length > 0`: truncated BPTT (every stream dense, fragments in parallel rows).
+    /// `truncation_length > 0`: truncated BPTT (every stream dense, fragments in parallel rows). `threads`:
+    /// background chunk loaders (None: `CNTKIO_THREADS` or one per core; 0: load on the calling thread).
     #[new]
-    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false, truncation_length = 0))]
+    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false, truncation_length = 0, threads = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -149,6 +150,7 @@ impl Source {
         frame_mode: bool,
         cntk_restore_quirk: bool,
         truncation_length: u64,
+        threads: Option<usize>,
     ) -> PyResult<Source> {
         let parts: Vec<Arc<dyn Deserializer>> = readers.iter().map(|r| r.deserializer()).collect();
         let run_length = match (max_samples, max_sweeps) {
@@ -168,6 +170,7 @@ impl Source {
             rank: 0,
             cntk_restore_quirk,
             truncation_length,
+            threads,
             ..MinibatchConfig::default()
         };
         py.detach(move || {
@@ -200,6 +203,11 @@ impl Source {
     /// Number of sequences in one sweep.
     fn num_sequences(&self, py: Python<'_>) -> u64 {
         py.detach(|| lock(&self.inner).num_sequences())
+    }
+
+    /// Background threads loading chunks (started at the first minibatch; 0: loaded on the calling thread).
+    fn loader_threads(&self, py: Python<'_>) -> usize {
+        py.detach(|| lock(&self.inner).loader_threads())
     }
 
     /// Number of chunks of the (joined) data.
