@@ -21,6 +21,7 @@ while files are read; the Rust library's log records go to :mod:`logging`.
 from __future__ import annotations
 
 import json as _json
+import logging as _logging
 import os as _os
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -40,6 +41,7 @@ from cntkio._errors import (
 __version__: str = _native.__version__
 
 __all__ = [
+    "BpttLayout",
     "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
     "FULL_DATA_SWEEP",
     "INFINITELY_REPEAT",
@@ -127,8 +129,10 @@ class StreamDef(_Record):
         field: the name written after ``|`` in a CTF file (CTF's alias); for CBF, the stream's name in the
             file when it differs from the key it is given in :class:`StreamDefs` (a rename). Defaults to
             that key (CNTK required it for CTF).
-        shape: the sample dimension (an int, or a tuple whose product is read flat). Required for CTF;
-            CBF files carry their own.
+        shape: the sample shape: an int, or a tuple — CTF reads its product as the dimension, and dense
+            arrays come out shaped ``(..., *shape)`` (sparse ones stay CSR over the flattened
+            dimension, as CNTK's). Required for CTF; CBF files carry their dimension (a shape given
+            for a CBF stream must have as many elements, and shapes its arrays).
         is_sparse: sparse (``index:value`` entries) rather than dense.
         defines_mb_size: this stream's sample count defines a sequence's length (CNTK's
             ``definesMBSize``).
@@ -161,7 +165,9 @@ class StreamDefs(_Record):
 
 
 class StreamInformation(NamedTuple):
-    """A stream a deserializer delivers (hashable: the key of a minibatch's streams)."""
+    """A stream a deserializer delivers (hashable: the key of a minibatch's streams). ``shape`` is the
+    :class:`StreamDef`'s shape when it has several dimensions (else None); ``sample_shape`` is always the
+    shape of a dense sample."""
 
     name: str
     alias: str
@@ -169,6 +175,7 @@ class StreamInformation(NamedTuple):
     is_sparse: bool
     dtype: Any
     defines_mb_size: bool
+    shape: Optional[Tuple[int, ...]] = None
 
     @property
     def m_name(self) -> str:
@@ -182,8 +189,27 @@ class StreamInformation(NamedTuple):
 
     @property
     def sample_shape(self) -> Tuple[int, ...]:
-        """``(dim,)``: samples are read flat."""
-        return (self.dim,)
+        """The shape of a dense sample: the StreamDef's ``shape``, else ``(dim,)``."""
+        return tuple(self.shape) if self.shape else (self.dim,)
+
+
+def _infos(raw: Any, shapes: Mapping[str, Tuple[int, ...]]) -> List[StreamInformation]:
+    """Stream infos from the extension's tuples, with the StreamDefs' shapes (by stream name); a shape must
+    have as many elements as the stream's dimension."""
+    out = []
+    for n, a, d, sp, t, m in raw:
+        shape = shapes.get(n)
+        if shape is not None:
+            size = 1
+            for x in shape:
+                size *= x
+            if size != d:
+                raise UsageError(
+                    f"stream {n!r}: shape {shape} has {size} elements, but the stream's dimension is {d}"
+                )
+        multi = tuple(shape) if shape is not None and len(shape) != 1 else None
+        out.append(StreamInformation(n, a, d, sp, _np.dtype(t), m, multi))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -213,22 +239,40 @@ class StreamData:
 
     ``offsets`` (int64, one more than the sequences) delimits each sequence's samples:
     sequence ``s`` has samples ``offsets[s]:offsets[s+1]``. Dense streams hold ``values`` shaped
-    ``(samples, dim)``; sparse streams hold CSR parts with samples as rows: ``values`` (the non-zeros),
+    ``(samples, *sample_shape)`` (``(samples, dim)`` unless the StreamDef gave a tuple shape); sparse streams
+    hold CSR parts with samples as rows over the flattened dimension: ``values`` (the non-zeros),
     ``indices`` (int32 column of each, in file order, duplicates kept) and ``indptr``.
     """
 
-    __slots__ = ("name", "dim", "is_sparse", "values", "offsets", "indices", "indptr")
+    __slots__ = ("name", "dim", "is_sparse", "values", "offsets", "indices", "indptr", "sample_shape")
 
     def __init__(
-        self, name: str, dim: int, is_sparse: bool, values: Any, offsets: Any, indices: Any, indptr: Any
+        self,
+        name: str,
+        dim: int,
+        is_sparse: bool,
+        values: Any,
+        offsets: Any,
+        indices: Any,
+        indptr: Any,
+        sample_shape: Optional[Tuple[int, ...]] = None,
     ) -> None:
         self.name = name
         self.dim = dim
         self.is_sparse = is_sparse
+        self.sample_shape: Tuple[int, ...] = tuple(sample_shape) if sample_shape else (dim,)
+        """The shape of a dense sample (a sparse stream's samples are rows of the flattened ``dim``)."""
+        if not is_sparse and len(self.sample_shape) != 1:
+            values = values.reshape((values.shape[0],) + self.sample_shape)
         self.values = values
         self.offsets = offsets
         self.indices = indices
         self.indptr = indptr
+
+    @property
+    def _item_shape(self) -> Tuple[int, ...]:
+        """The shape of one sample in dense arrays: the sample shape (dense) or ``(dim,)`` (densified sparse)."""
+        return (self.dim,) if self.is_sparse else self.sample_shape
 
     @property
     def dtype(self) -> Any:
@@ -250,9 +294,9 @@ class StreamData:
         return _np.diff(self.offsets)
 
     @property
-    def shape(self) -> Tuple[int, int]:
-        """``(samples, dim)``."""
-        return (self.num_samples, self.dim)
+    def shape(self) -> Tuple[int, ...]:
+        """``(samples, *sample_shape)`` (sparse: ``(samples, dim)``)."""
+        return (self.num_samples,) + self._item_shape
 
     def raw(self) -> Tuple[Any, Any, Any]:
         """Sparse streams: ``(data, indices, indptr)`` of the CSR matrix (samples as rows)."""
@@ -266,14 +310,15 @@ class StreamData:
         return _csr_matrix(data, indices, indptr, (self.num_samples, self.dim))
 
     def asarray(self) -> Any:
-        """Dense: the ``(samples, dim)`` array. Sparse: a CSR matrix when SciPy is installed, else
+        """Dense: the ``(samples, *sample_shape)`` array. Sparse: a CSR matrix when SciPy is installed, else
         ``(data, indices, indptr)``."""
         if not self.is_sparse:
             return self.values
         return self.csr() if _has_scipy() else self.raw()
 
     def todense(self) -> Any:
-        """A dense ``(samples, dim)`` array (sparse entries summed where an index repeats)."""
+        """A dense array: ``values`` of a dense stream; ``(samples, dim)`` for a sparse one (entries summed
+        where an index repeats)."""
         if not self.is_sparse:
             return self.values
         out = _np.zeros((self.num_samples, self.dim), dtype=self.values.dtype)
@@ -300,22 +345,23 @@ class StreamData:
         return [self.sequence(s) for s in range(self.num_sequences)]
 
     def padded(self, max_length: Optional[int] = None) -> Tuple[Any, Any]:
-        """``(array, mask)``: samples shaped ``(sequences, max length, dim)`` with zeros after each
+        """``(array, mask)``: samples shaped ``(sequences, max length, *sample_shape)`` with zeros after each
         sequence's end, and a boolean mask ``(sequences, max length)`` of the real samples. Sparse streams
-        are densified. Sequences longer than ``max_length`` are cut."""
+        are densified (``(sequences, max length, dim)``). Sequences longer than ``max_length`` are cut."""
         lengths = self.lengths
         longest = int(lengths.max()) if len(lengths) else 0
         width = longest if max_length is None else int(max_length)
         mask = _np.arange(max(longest, width)) < lengths[:, None]
         dense = self.todense()
-        out = _np.zeros((self.num_sequences, mask.shape[1], self.dim), dtype=dense.dtype)
+        out = _np.zeros((self.num_sequences, mask.shape[1]) + self._item_shape, dtype=dense.dtype)
         out[mask] = dense
         return out[:, :width], mask[:, :width]
 
     def __repr__(self) -> str:
         kind = "sparse" if self.is_sparse else "dense"
+        shape = "" if len(self.sample_shape) == 1 else f" shape={self.sample_shape}"
         return (
-            f"<StreamData {self.name!r} {kind} dim={self.dim} {self.dtype} "
+            f"<StreamData {self.name!r} {kind} dim={self.dim}{shape} {self.dtype} "
             f"sequences={self.num_sequences} samples={self.num_samples}>"
         )
 
@@ -358,7 +404,9 @@ def _data(infos: List[StreamInformation], raw: Tuple[Any, Any, List[Tuple[Any, A
     keys, lengths, streams = raw
     out = {}
     for info, (values, offsets, indices, indptr) in zip(infos, streams):
-        out[info.name] = StreamData(info.name, info.dim, info.is_sparse, values, offsets, indices, indptr)
+        out[info.name] = StreamData(
+            info.name, info.dim, info.is_sparse, values, offsets, indices, indptr, info.sample_shape
+        )
     return Data(keys, lengths, out)
 
 
@@ -478,15 +526,25 @@ class _Deserializer(dict):  # type: ignore[type-arg]
         until the configuration changes."""
         key = repr(sorted(self._config().items(), key=lambda kv: kv[0]))
         if self.__dict__.get("_reader") is None or self.__dict__.get("_reader_key") != key:
+            if dict.get(self, "traceLevel") is not None:
+                _logging.getLogger("cntkio").warning(
+                    "%s option traceLevel=%r is accepted for compatibility and has no effect: cntkio's messages "
+                    "go to the 'cntkio' logger of the logging module (set its level instead)",
+                    type(self).__name__,
+                    dict.get(self, "traceLevel"),
+                )
             self.__dict__["_reader"] = _native.Reader(self._config())
             self.__dict__["_reader_key"] = key
         return self.__dict__["_reader"]
 
     def stream_infos(self) -> List[StreamInformation]:
         """The streams delivered, in order (a CBF file's header is read for them)."""
-        return [
-            StreamInformation(n, a, d, sp, _np.dtype(t), m) for n, a, d, sp, t, m in _native.stream_infos(self._config())
-        ]
+        return _infos(_native.stream_infos(self._config()), self._shapes())
+
+    def _shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The StreamDefs' shapes by stream name (CTF: those of several dimensions; CBF: all given)."""
+        streams = dict.get(self, "input") or {}
+        return {name: tuple(s["shape"]) for name, s in streams.items() if s.get("shape")}
 
     @property
     def num_chunks(self) -> int:
@@ -500,8 +558,7 @@ class _Deserializer(dict):  # type: ignore[type-arg]
     def read_chunk(self, i: int) -> Data:
         """Chunk ``i``'s sequences (errors count against ``maxErrors`` once per chunk)."""
         r = self.open()
-        infos = [StreamInformation(n, a, d, sp, _np.dtype(t), m) for n, a, d, sp, t, m in r.stream_infos()]
-        return _data(infos, r.read_chunk(int(i)))
+        return _data(_infos(r.stream_infos(), self._shapes()), r.read_chunk(int(i)))
 
     def chunks(self) -> Iterator[Data]:
         """Every chunk in file order."""
@@ -525,16 +582,25 @@ def _stream_config(key: str, s: Mapping[str, Any], ctf: bool) -> Dict[str, Any]:
     if not isinstance(s, Mapping):
         raise UsageError(f"stream {key!r} must be a StreamDef, found {s!r}")
     alias = s.get("stream_alias") or key
+    # StreamDef keeps "shape"; CNTK's own dicts put the (int or tuple) shape in "dim".
+    given = s.get("shape", s.get("dim"))
+    shape: Optional[Tuple[int, ...]] = None
+    dim: Optional[int] = None
+    if given is not None:
+        dim, shape = _dim_of(given)
+    out: Dict[str, Any] = {"alias": alias}
+    if shape is not None and (len(shape) != 1 or not ctf):
+        out["shape"] = list(shape)  # read by the Python side only (a CBF stream's is checked against its dim)
     if not ctf:
-        return {"alias": alias}
-    if s.get("dim") is None:
+        return out
+    if dim is None:
         raise UsageError(f"stream {key!r} needs a shape: StreamDef(field=..., shape=DIM)")
-    return {
-        "alias": alias,
-        "dim": int(s["dim"]),
-        "format": "sparse" if s.get("is_sparse") else "dense",
-        "definesMBSize": bool(s.get("defines_mb_size", False)),
-    }
+    out.update(
+        dim=dim,
+        format="sparse" if s.get("is_sparse") else "dense",
+        definesMBSize=bool(s.get("defines_mb_size", False)),
+    )
+    return out
 
 
 class CTFDeserializer(_Deserializer):
@@ -543,7 +609,8 @@ class CTFDeserializer(_Deserializer):
     Options as in CNTK, set as items (``d['maxErrors'] = 10``) or keywords (``max_errors=10``):
     ``chunkSizeInBytes`` (32 MiB), ``maxErrors`` (0), ``skipSequenceIds`` (False), ``cacheIndex`` (False),
     ``keepDataInMemory`` (False), ``precision`` (``"float"`` or ``"double"``, honoured — CNTK's Python API
-    ignored it), ``traceLevel``, and cntkio's ``mmap`` (read through a memory map; the file must not change
+    ignored it), ``traceLevel`` (accepted for compatibility, no effect: a warning is logged; cntkio's
+    messages go to the ``cntkio`` logger), and cntkio's ``mmap`` (read through a memory map; the file must not change
     while it is open).
     """
 
@@ -565,7 +632,8 @@ class CTFDeserializer(_Deserializer):
 class CBFDeserializer(_Deserializer):
     """A CNTK Binary Format file, as ``cntk.io.CBFDeserializer(filename, streams)``. The file carries its
     streams; ``streams`` only renames them (``StreamDefs(new=StreamDef(field='name_in_file'))``). Values
-    come in the file's element type unless ``precision`` is set (then converted)."""
+    come in the file's element type unless ``precision`` is set (then converted). ``traceLevel`` is accepted
+    for compatibility and has no effect (a warning is logged); ``mmap`` reads through a memory map."""
 
     _TYPE = _native.CBF_TYPE
     _OPTIONS = _CBF_OPTIONS
@@ -719,7 +787,9 @@ def validate(
 
     CTF files need their streams: ``streams`` (a :class:`StreamDefs`) or a :class:`CTFDeserializer` as
     ``path`` (its options apply). ``valid`` is False when CNTK could not read the file (more errors than
-    ``max_errors``, a sequence lacking a stream, a fatal error).
+    ``max_errors``, a sequence lacking a stream, no sequence at all, a fatal error). The checks are the
+    library's ``cntkio::validate``, the same as ``cntkio validate``'s (CBF: streams of mixed precision and
+    streams without samples are errors, a chunk table disagreeing with the sequences a warning).
     """
     if isinstance(path, _Deserializer):
         src, config_from = path.path, path
@@ -750,6 +820,7 @@ def validate(
 
 from cntkio._source import (  # noqa: E402
     DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
+    BpttLayout,
     FULL_DATA_SWEEP,
     INFINITELY_REPEAT,
     Minibatch,

@@ -48,6 +48,7 @@ class StreamInformation(NamedTuple):
     is_sparse: bool
     dtype: np.dtype[Any]
     defines_mb_size: bool
+    shape: Optional[Tuple[int, ...]] = ...
     @property
     def m_name(self) -> str: ...
     @property
@@ -62,11 +63,20 @@ class _Record(Dict[str, Any]):
 
 class StreamData:
     def __init__(
-        self, name: str, dim: int, is_sparse: bool, values: Any, offsets: Any, indices: Any, indptr: Any
+        self,
+        name: str,
+        dim: int,
+        is_sparse: bool,
+        values: Any,
+        offsets: Any,
+        indices: Any,
+        indptr: Any,
+        sample_shape: Optional[Tuple[int, ...]] = ...,
     ) -> None: ...
     name: str
     dim: int
     is_sparse: bool
+    sample_shape: Tuple[int, ...]
     values: npt.NDArray[np.floating[Any]]
     offsets: npt.NDArray[np.int64]
     indices: Optional[npt.NDArray[np.int32]]
@@ -80,7 +90,7 @@ class StreamData:
     @property
     def lengths(self) -> npt.NDArray[np.int64]: ...
     @property
-    def shape(self) -> Tuple[int, int]: ...
+    def shape(self) -> Tuple[int, ...]: ...
     def raw(self) -> Tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.int32], npt.NDArray[np.signedinteger[Any]]]: ...
     def csr(self) -> Any: ...
     def asarray(self) -> Any: ...
@@ -185,21 +195,45 @@ INFINITELY_REPEAT: int
 FULL_DATA_SWEEP: int
 DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS: int
 
+class BpttLayout:
+    rows: int
+    columns: int
+    fragments: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    def __init__(self, rows: int, columns: int, fragments: Any, lengths: Any) -> None: ...
+    @property
+    def num_fragments(self) -> int: ...
+    @property
+    def row(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def column(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def offset(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def sequence_len(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def starts(self) -> npt.NDArray[np.bool_]: ...
+    @property
+    def ends(self) -> npt.NDArray[np.bool_]: ...
+    def mask(self) -> npt.NDArray[np.uint8]: ...
+
 class MinibatchData(StreamData):
     info: StreamInformation
     keys: npt.NDArray[np.uint64]
     sequence_lengths: npt.NDArray[np.uint32]
     end_of_sweep: bool
+    bptt: Optional[BpttLayout]
     @property
     def max_length(self) -> int: ...
     @property
-    def shape(self) -> Tuple[int, int, int]: ...  # type: ignore[override]
+    def shape(self) -> Tuple[int, ...]: ...
     @property
     def data(self) -> MinibatchData: ...
     @property
     def mask(self) -> npt.NDArray[np.uint8]: ...
     def asarray(self) -> Any: ...
     def as_sequences(self, variable: Any = ...) -> List[Any]: ...
+    def rows(self) -> Tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.uint8]]: ...
     def __len__(self) -> int: ...
 
 class Minibatch(Mapping[StreamInformation, MinibatchData]):
@@ -207,6 +241,7 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
     sequence_lengths: Optional[npt.NDArray[np.uint32]]
     end_of_sweep: bool
     end_of_run: bool
+    bptt: Optional[BpttLayout]
     @property
     def num_sequences(self) -> int: ...
     @property
@@ -218,6 +253,7 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
 
 class MinibatchSource:
     randomized: bool
+    truncation_length: int
     def __init__(
         self,
         deserializers: Union[_Deserializer, Sequence[_Deserializer]],

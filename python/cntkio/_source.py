@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json as _json
+import logging as _logging
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as _np
 
 from cntkio import _native
-from cntkio import StreamData, StreamInformation, UsageError, _Deserializer, _Record
+from cntkio import CTFDeserializer, StreamData, StreamInformation, UsageError, _Deserializer, _infos, _Record
+
+_log = _logging.getLogger("cntkio")
 
 INFINITELY_REPEAT: int = 2**64 - 1
 """``max_samples`` / ``max_sweeps``: repeat the data forever (the default)."""
@@ -47,23 +50,103 @@ def _bool(name: str, value: Any) -> bool:
     return bool(value)
 
 
+class BpttLayout:
+    """Where the sequences of a truncated-BPTT minibatch lie (CNTK's ``MBLayout`` of its
+    ``TruncatedBPTTPacker``): ``rows`` parallel rows of ``columns`` time steps (the truncation length).
+    Each sequence of the minibatch is a *fragment* of a data sequence: the ``i``-th (in the minibatch's
+    order, row by row and left to right) lies in row ``row[i]`` from column ``column[i]`` for
+    ``lengths[i]`` steps; ``offset[i]`` samples of its sequence (``sequence_len[i]`` samples long) were
+    delivered in earlier minibatches. A row continues its sequence in the next minibatch, so a recurrent
+    state carried per row is reset exactly where a fragment ``starts``.
+
+    ``fragments`` is the ``(fragments, 4)`` int64 array ``[row, column, offset, sequence_len]``.
+    """
+
+    __slots__ = ("rows", "columns", "fragments", "lengths")
+
+    def __init__(self, rows: int, columns: int, fragments: Any, lengths: Any) -> None:
+        self.rows = int(rows)
+        """Parallel rows of this worker."""
+        self.columns = int(columns)
+        """Time steps of the minibatch: the truncation length."""
+        self.fragments = fragments
+        self.lengths = _np.asarray(lengths, dtype=_np.int64)
+        """Each fragment's length in samples (the minibatch's ``sequence_lengths``)."""
+
+    @property
+    def num_fragments(self) -> int:
+        return len(self.fragments)
+
+    @property
+    def row(self) -> Any:
+        return self.fragments[:, 0]
+
+    @property
+    def column(self) -> Any:
+        """The column of each fragment's first sample."""
+        return self.fragments[:, 1]
+
+    @property
+    def offset(self) -> Any:
+        """Samples of each fragment's sequence delivered in earlier minibatches."""
+        return self.fragments[:, 2]
+
+    @property
+    def sequence_len(self) -> Any:
+        """Each fragment's whole sequence's length."""
+        return self.fragments[:, 3]
+
+    @property
+    def starts(self) -> Any:
+        """Boolean per fragment: it begins its sequence (``offset == 0``; CNTK's mask value 2)."""
+        return self.offset == 0
+
+    @property
+    def ends(self) -> Any:
+        """Boolean per fragment: it ends its sequence (the next minibatch's row goes on with another)."""
+        return self.offset + self.lengths == self.sequence_len
+
+    def mask(self) -> Any:
+        """``(rows, columns)`` uint8: 2 where a sequence begins, 1 at its other samples, 0 in gaps."""
+        m = _np.zeros((self.rows, self.columns), dtype=_np.uint8)
+        r, c = self._cells()
+        m[r, c] = 1
+        first = self.starts & (self.lengths > 0)
+        m[self.row[first], self.column[first]] = 2
+        return m
+
+    def _cells(self) -> Tuple[Any, Any]:
+        """Row and column of every sample of the minibatch, in the packed (fragment after fragment) order."""
+        lengths = self.lengths
+        total = int(lengths.sum())
+        starts = _np.concatenate(([0], _np.cumsum(lengths)[:-1])) if len(lengths) else _np.zeros(0, _np.int64)
+        rows = _np.repeat(self.row, lengths)
+        cols = _np.repeat(self.column - starts, lengths) + _np.arange(total)
+        return rows, cols
+
+    def __repr__(self) -> str:
+        return f"<BpttLayout rows={self.rows} columns={self.columns} fragments={self.num_fragments}>"
+
+
 class MinibatchData(StreamData):
     """One stream of a minibatch, as ``cntk.io.MinibatchData``.
 
     CNTK's accessors: ``num_sequences``, ``num_samples`` (this stream's samples, so a label stream with one
     label per sequence has ``num_samples == num_sequences``), ``end_of_sweep``, ``is_sparse``, ``shape``
-    (``(sequences, longest sequence, dim)``), ``mask`` (2 = start of a sequence, 1 = sample, 0 = padding),
-    ``asarray()`` (dense: the padded ``(sequences, longest, dim)`` array; sparse: one CSR matrix per
-    sequence), ``as_sequences()`` and ``data`` (the object itself, for ``mb[s].data.asarray()``).
+    (``(sequences, longest sequence, *sample_shape)``), ``mask`` (2 = start of a sequence, 1 = sample, 0 =
+    padding), ``asarray()`` (dense: the padded ``(sequences, longest, *sample_shape)`` array; sparse: one CSR
+    matrix per sequence, over the flattened dimension), ``as_sequences()`` and ``data`` (the object itself,
+    for ``mb[s].data.asarray()``).
 
-    cntkio's: the packed samples ``values`` (``(samples, dim)``, dense; the NumPy array owns the memory the
+    cntkio's: the packed samples ``values`` (``(samples, *sample_shape)``, dense — ``sample_shape`` is the
+    StreamDef's shape, ``(dim,)`` for an int; the NumPy array owns the memory the
     reader filled, nothing was copied), ``offsets`` (sequence ``s`` is ``offsets[s]:offsets[s+1]``),
     ``lengths``, ``keys`` (sequence keys), ``sequence_lengths`` (declared lengths, what the minibatch size
     counts), ``csr()`` / ``raw()`` (sparse, samples as rows), ``padded()`` (array and boolean mask),
     ``todense()``.
     """
 
-    __slots__ = ("info", "keys", "sequence_lengths", "end_of_sweep")
+    __slots__ = ("info", "keys", "sequence_lengths", "end_of_sweep", "bptt")
 
     def __init__(
         self,
@@ -75,23 +158,31 @@ class MinibatchData(StreamData):
         keys: Any,
         sequence_lengths: Any,
         end_of_sweep: bool,
+        bptt: Optional[BpttLayout] = None,
     ) -> None:
-        StreamData.__init__(self, info.name, info.dim, info.is_sparse, values, offsets, indices, indptr)
+        StreamData.__init__(
+            self, info.name, info.dim, info.is_sparse, values, offsets, indices, indptr, info.sample_shape
+        )
         self.info = info
         self.keys = keys
         self.sequence_lengths = sequence_lengths
         self.end_of_sweep = end_of_sweep
+        self.bptt = bptt
+        """With truncated BPTT: the minibatch's :class:`BpttLayout` (each sequence is then a fragment)."""
 
     @property
     def max_length(self) -> int:
-        """The longest sequence of this stream in the minibatch."""
+        """The longest sequence of this stream in the minibatch; with truncated BPTT the truncation length
+        (CNTK's time axis is the layout's columns)."""
+        if self.bptt is not None:
+            return self.bptt.columns
         lengths = self.lengths
         return int(lengths.max()) if len(lengths) else 0
 
     @property
-    def shape(self) -> Tuple[int, int, int]:  # type: ignore[override]
-        """``(sequences, longest sequence, dim)``, as CNTK's."""
-        return (self.num_sequences, self.max_length, self.dim)
+    def shape(self) -> Tuple[int, ...]:
+        """``(sequences, longest sequence, *sample_shape)``, as CNTK's (sparse: ``(…, dim)``)."""
+        return (self.num_sequences, self.max_length) + self._item_shape
 
     @property
     def data(self) -> "MinibatchData":
@@ -101,24 +192,44 @@ class MinibatchData(StreamData):
     @property
     def mask(self) -> Any:
         """CNTK's mask, ``(sequences, longest)`` uint8: 2 at a sequence's first sample, 1 at its other
-        samples, 0 after its end."""
+        samples, 0 after its end. With truncated BPTT ``(fragments, truncation length)``, and a fragment
+        continuing a sequence of an earlier minibatch starts with 1, not 2 (as CNTK's)."""
         lengths = self.lengths
         m = (_np.arange(self.max_length) < lengths[:, None]).astype(_np.uint8)
         if m.shape[1]:
-            m[lengths > 0, 0] = 2
+            first = lengths > 0
+            if self.bptt is not None:
+                first &= self.bptt.starts
+            m[first, 0] = 2
         return m
 
     def asarray(self) -> Any:
-        """Dense: ``(sequences, longest, dim)`` with zeros after each sequence's end (a view of
-        ``values`` when every sequence has the same length). Sparse: one CSR matrix per sequence (raw
-        ``(data, indices, indptr)`` parts without SciPy), as CNTK returns them."""
+        """Dense: ``(sequences, longest, *sample_shape)`` with zeros after each sequence's end (a view of
+        ``values`` when every sequence has the same length); with truncated BPTT ``(fragments, truncation
+        length, *sample_shape)``, as CNTK's ``Value``. Sparse: one CSR matrix per sequence (raw ``(data, indices,
+        indptr)`` parts without SciPy), as CNTK returns them."""
         if self.is_sparse:
             return self.as_sequences()
         lengths = self.lengths
         s = len(lengths)
-        if s and int(lengths[0]) * s == self.num_samples and bool((lengths == lengths[0]).all()):
-            return self.values.reshape(s, int(lengths[0]), self.dim)
-        return self.padded()[0]
+        width = self.max_length
+        if s and width * s == self.num_samples and bool((lengths == width).all()):
+            return self.values.reshape((s, width) + self.sample_shape)
+        return self.padded(width)[0]
+
+    def rows(self) -> Tuple[Any, Any]:
+        """Truncated BPTT: the packed layout, ``(array, mask)`` — samples shaped ``(rows, truncation
+        length, *sample_shape)`` (zeros in gaps) and the :meth:`BpttLayout.mask` ``(rows, truncation length)``
+        uint8 (2 where a sequence begins, 1 at its other samples, 0 in gaps). Row ``r`` of the next
+        minibatch continues row ``r`` of this one. Sparse streams never occur (BPTT densifies them)."""
+        layout = self.bptt
+        if layout is None:
+            raise UsageError("rows() needs a minibatch of truncated BPTT (truncation_length > 0)")
+        dense = self.todense()
+        out = _np.zeros((layout.rows, layout.columns) + self._item_shape, dtype=dense.dtype)
+        r, c = layout._cells()
+        out[r, c] = dense
+        return out, layout.mask()
 
     def as_sequences(self, variable: Any = None) -> List[Any]:
         """Each sequence's samples: dense ``(length, dim)`` views, sparse CSR matrices. ``variable`` is
@@ -141,7 +252,7 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
     :class:`MinibatchData`, as CNTK's dict; items can also be looked up by stream name (``mb['features']``).
     Empty (and false) when the run is over."""
 
-    __slots__ = ("_items", "_by_name", "sequence_keys", "sequence_lengths", "end_of_sweep", "end_of_run")
+    __slots__ = ("_items", "_by_name", "sequence_keys", "sequence_lengths", "end_of_sweep", "end_of_run", "bptt")
 
     def __init__(
         self,
@@ -150,6 +261,7 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
         sequence_lengths: Any = None,
         end_of_sweep: bool = False,
         end_of_run: bool = True,
+        bptt: Optional[BpttLayout] = None,
     ) -> None:
         self._items = items
         self._by_name = {info.name: data for info, data in items.items()}
@@ -161,6 +273,9 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
         """The minibatch reached or crossed the end of a sweep."""
         self.end_of_run = end_of_run
         """The run (``max_samples`` / ``max_sweeps``) ended with this minibatch."""
+        self.bptt = bptt
+        """With truncated BPTT (``truncation_length > 0``): the :class:`BpttLayout` of the rows; each
+        sequence (key, length) is then a fragment of the data sequence with that key. None otherwise."""
 
     @property
     def num_sequences(self) -> int:
@@ -168,7 +283,8 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
 
     @property
     def num_samples(self) -> int:
-        """Σ of the declared sequence lengths (what the requested size counted)."""
+        """Σ of the declared sequence lengths (what the requested size counted); with truncated BPTT the
+        samples of the fragments."""
         return 0 if self.sequence_lengths is None else int(self.sequence_lengths.sum(dtype=_np.uint64))
 
     def __getitem__(self, key: Union[StreamInformation, str]) -> MinibatchData:
@@ -242,13 +358,25 @@ class MinibatchSource:
         randomization_window_in_samples: a window in samples instead (needs
             ``randomization_window_in_chunks=0``: both non-zero is an error, as in CNTK).
         randomization_seed: sweep *k* is shuffled with ``randomization_seed + k``.
-        trace_level, multithreaded_deserializer: accepted for compatibility; no effect (reading always uses
-            every core; log records go to :mod:`logging`).
+        trace_level: accepted for compatibility; no effect, and a warning is logged when it is given
+            (cntkio's messages go to the ``cntkio`` logger of :mod:`logging`; set its level instead).
+        multithreaded_deserializer: False loads chunks on the calling thread when they are needed
+            (no background loading); True or None (the default): background loader threads, one per core
+            (``CNTKIO_THREADS`` overrides). Never changes a minibatch.
         frame_mode: every stream of every sequence must have at most one sample.
-        truncation_length: truncated BPTT — not supported yet (:class:`NotImplementedError` when > 0).
+        truncation_length: truncated BPTT with this length in samples (READER.md §5.3, CNTK's
+            ``TruncatedBPTTPacker``): ``max(1, size // truncation_length)`` parallel rows (shared between
+            partitions), each a queue of whole sequences cut into fragments of at most
+            ``truncation_length`` samples that continue in the next minibatch; every stream is delivered
+            dense and must have the same length as the others in each sequence. The minibatch's
+            :attr:`Minibatch.bptt` gives the layout; :meth:`MinibatchData.asarray` / ``mask`` are CNTK's
+            ``(fragments, truncation_length, dim)`` form, :meth:`MinibatchData.rows` the packed rows.
+            Checkpoints hold the rows. A new minibatch size starts new rows (the sequences held are
+            dropped, as in CNTK).
         randomize: False turns randomization off whatever the windows.
-        max_errors: CNTK 2.7's reader-level budget, which never reached the CTF parser; accepted, no
-            effect (set ``maxErrors`` on the deserializer).
+        max_errors: errors tolerated by every CTF deserializer that does not set its own ``maxErrors``
+            (cntkio; CNTK 2.7 took it as a budget of invalid sequences, which CTF and CBF never produce, so
+            it had no effect there). A warning is logged when no deserializer is CTF.
         concat: (cntkio) read several deserializers one after another instead of joining them by key.
         cntk_restore_quirk: (cntkio) restore checkpoints as CNTK 2.7 did, quirks included, instead of
             continuing exactly as the uninterrupted run (see the README).
@@ -312,9 +440,18 @@ class MinibatchSource:
         frame = _bool("frame_mode", args["frame_mode"])
         truncation = _int("truncation_length", args["truncation_length"])
         rand = _bool("randomize", args["randomize"])
-        _int("max_errors", args["max_errors"])
-        if args["multithreaded_deserializer"] is not None:
-            _bool("multithreaded_deserializer", args["multithreaded_deserializer"])
+        max_errors = _int("max_errors", args["max_errors"])
+        threads: Optional[int] = None
+        if args["multithreaded_deserializer"] is not None and not _bool(
+            "multithreaded_deserializer", args["multithreaded_deserializer"]
+        ):
+            threads = 0  # chunks loaded on the calling thread, when needed
+        if args["trace_level"] is not None:
+            _log.warning(
+                "MinibatchSource(trace_level=%r) is accepted for compatibility and has no effect: cntkio's "
+                "messages go to the 'cntkio' logger of the logging module (set its level instead)",
+                args["trace_level"],
+            )
         if max_samples != INFINITELY_REPEAT and max_sweeps != INFINITELY_REPEAT:
             raise UsageError("max samples and max sweeps are mutually exclusive options; set only one of them")
         if not rand:
@@ -326,10 +463,6 @@ class MinibatchSource:
             )
         if frame and truncation:
             raise UsageError("frame mode and truncation are mutually exclusive (frame_mode=True, truncation_length > 0)")
-        if truncation:
-            raise NotImplementedError(
-                "truncation_length (truncated BPTT) is not supported by cntkio yet; use truncation_length=0"
-            )
         run_samples: Optional[int] = None
         run_sweeps: Optional[int] = None
         if max_samples == FULL_DATA_SWEEP:
@@ -340,8 +473,18 @@ class MinibatchSource:
             run_sweeps = max_sweeps
         self.randomized: bool = bool(chunks or samples)
         """Whether sequences are randomized (randomize=True with a non-zero window)."""
-        # The caller's deserializers keep their opened files (a CTF index is built once per object).
-        readers = [d.open() for d in deserializers]
+        # The caller's deserializers keep their opened files (a CTF index is built once per object); those
+        # given the source's max_errors are opened as the source's copies.
+        readers = []
+        for i, d in enumerate(deserializers):
+            if max_errors and isinstance(d, CTFDeserializer) and "maxErrors" not in d:
+                self._deserializers[i]["maxErrors"] = max_errors
+                d = self._deserializers[i]
+            readers.append(d.open())
+        if max_errors and not any(isinstance(d, CTFDeserializer) for d in deserializers):
+            _log.warning(
+                "MinibatchSource(max_errors=%d) has no effect: only CTF deserializers tolerate errors", max_errors
+            )
         self._src = _native.Source(
             readers,
             join=not self._concat,
@@ -353,9 +496,17 @@ class MinibatchSource:
             max_sweeps=run_sweeps,
             frame_mode=frame,
             cntk_restore_quirk=self._quirk,
+            truncation_length=truncation,
+            threads=threads,
         )
-        self._infos = [StreamInformation(n, a, d, sp, _np.dtype(t), m) for n, a, d, sp, t, m in self._src.stream_infos()]
+        self.truncation_length: int = truncation
+        """Truncated BPTT's length in samples (0: off)."""
+        shapes: Dict[str, Tuple[int, ...]] = {}
+        for d in self._deserializers:
+            shapes.update(d._shapes())
+        self._infos = _infos(self._src.stream_infos(), shapes)
         self._streams: Optional[_Record] = None
+        self._device_warned = False
 
     # ---- streams ----------------------------------------------------------------------------------------
     def stream_infos(self) -> List[StreamInformation]:
@@ -418,10 +569,14 @@ class MinibatchSource:
         ``num_data_partitions`` / ``partition_index``: this worker's share of the data (CNTK's distributed
         reading: with randomization whole chunks are dealt to workers, without it sequences round robin);
         each worker gets about ``minibatch_size_in_samples / num_data_partitions`` samples. They may change
-        between calls (the source continues from its position). ``device`` is ignored (NumPy arrays).
+        between calls (the source continues from its position). ``device`` has no effect (NumPy arrays;
+        a warning is logged the first time one is given).
 
         The GIL is released while the minibatch is read.
         """
+        if device is not None and not self._device_warned:
+            self._device_warned = True
+            _log.warning("next_minibatch(device=%r) has no effect: cntkio returns NumPy arrays on the CPU", device)
         size = _int("minibatch_size_in_samples", minibatch_size_in_samples)
         workers = 1 if num_data_partitions is None else _int("num_data_partitions", num_data_partitions, 1)
         rank = 0 if partition_index is None else _int("partition_index", partition_index)
@@ -431,12 +586,13 @@ class MinibatchSource:
         if raw is None:
             mb = Minibatch({})
         else:
-            keys, lengths, streams, eos, eor = raw
+            keys, lengths, streams, eos, eor, layout = raw
+            bptt = None if layout is None else BpttLayout(layout[0], layout[1], layout[2], lengths)
             items = {
-                info: MinibatchData(info, values, offsets, indices, indptr, keys, lengths, eos)
+                info: MinibatchData(info, values, offsets, indices, indptr, keys, lengths, eos, bptt)
                 for info, (values, offsets, indices, indptr) in zip(self._infos, streams)
             }
-            mb = Minibatch(items, keys, lengths, eos, eor)
+            mb = Minibatch(items, keys, lengths, eos, eor, bptt)
         if input_map is None:
             return mb
         if not mb:
@@ -450,7 +606,9 @@ class MinibatchSource:
     def get_checkpoint_state(self) -> Dict[str, Any]:
         """The position, as a JSON-compatible dict: CNTK's ``minibatchSourcePosition`` (the global sample
         position of the next sequence) with cntkio's ``version``, ``position``, ``minibatches`` and
-        ``sweep_size`` (checked on restore). Meaningful only with the same data and arguments, as in CNTK."""
+        ``sweep_size`` (checked on restore) and, with truncated BPTT, ``bptt``: the sequences held in the
+        rows (version 2), so that a restore continues them. Meaningful only with the same data and
+        arguments, as in CNTK."""
         state: Dict[str, Any] = _json.loads(self._src.state())
         state["minibatchSourcePosition"] = state["position"]
         return state

@@ -491,10 +491,9 @@ def test_frame_mode_and_truncation(tmp_path):
     d = CTFDeserializer(write(tmp_path, MBDATA_DENSE_1), DENSE_STREAMS)
     with pytest.raises(UsageError, match="mutually exclusive"):
         MinibatchSource(d, frame_mode=True, truncation_length=10)
-    with pytest.raises(NotImplementedError, match="truncation_length"):
-        MinibatchSource(d, truncation_length=10)
-    with pytest.raises(NotImplementedError, match="truncation_length"):
-        MinibatchSource(d, truncated=True, truncationLength=10)
+    assert MinibatchSource(four_rows(tmp_path), truncation_length=10).next_minibatch(10).bptt.columns == 10
+    with pytest.raises(UsageError, match="truncationLength"):
+        MinibatchSource(d, truncated=True)
     with pytest.raises(UsageError, match="non-frame sequence"):
         MinibatchSource(d, frame_mode=True).next_minibatch(10)
     frames = MinibatchSource(four_rows(tmp_path), frame_mode=True, max_sweeps=1)

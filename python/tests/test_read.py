@@ -148,9 +148,11 @@ def test_stream_infos(examples):
     assert infos[0] == cntkio.StreamInformation("query", "word", 13, True, np.dtype(np.float64), True)
 
 
-def test_shape_tuple_reads_flat(examples):
+def test_shape_tuple_shapes_dense_arrays(examples):
     d = CTFDeserializer(examples / "logreg.ctf", StreamDefs(features=StreamDef(shape=(1, 2)), labels=StreamDef(shape=1)))
-    assert d.read()["features"].values.shape == (300, 2)
+    data = d.read()
+    assert data["features"].values.shape == (300, 1, 2) and data["labels"].values.shape == (300, 1)
+    assert data["features"].dim == 2  # test_shapes.py has the rest
 
 
 def test_cache_index(tmp_path, examples):

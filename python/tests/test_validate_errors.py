@@ -176,3 +176,29 @@ def test_rust_log_records_reach_logging(real, caplog):
     assert list(data) == ["features", "labels"]
     records = [r for r in caplog.records if "no_such_stream" in r.getMessage()]
     assert records and records[0].levelno == logging.WARNING and records[0].name.startswith("cntkio")
+
+
+def test_validate_agrees_with_the_cli(tmp_path, bad):
+    """cntkio.validate and `cntkio validate --json` are one library function: same verdicts and counts."""
+    import json
+    import subprocess
+    import sys
+
+    nothing = tmp_path / "nothing.ctf"
+    nothing.write_bytes(b"0 |S2 1:1\n")  # no row mentions the main stream
+    main = StreamDefs(query=StreamDef(field="S0", shape=943, is_sparse=True, defines_mb_size=True), slots=StreamDef(field="S2", shape=129, is_sparse=True))
+    for path, streams, max_errors in [(bad, ATIS_LIKE, 1), (bad, ATIS_LIKE, 2), (nothing, main, 0)]:
+        r = cntkio.validate(path, streams, max_errors=max_errors)
+        argv = [sys.executable, "-m", "cntkio", "validate", str(path), "--json", "--max-errors", str(max_errors)]
+        for name, s in streams.items():
+            argv += ["--stream", f"{name}:{s['dim']}:{'sparse' if s['is_sparse'] else 'dense'}:{s['stream_alias']}"]
+            if s["defines_mb_size"]:
+                argv += ["--defines-mb-size", name]
+        cli = json.loads(subprocess.run(argv, capture_output=True, text=True).stdout)["files"][0]
+        assert (r.valid, r.verdict, r.sequences, r.samples, r.num_errors) == (
+            cli["valid"], cli["verdict"], cli["sequences"], cli["samples"], cli["errors"]
+        )
+        assert [(e.code, e.line, e.column) for e in r.errors] == [(e["code"], e["line"], e["column"]) for e in cli["shown"]]
+    empty = cntkio.validate(nothing, main)
+    assert not empty.valid and empty.sequences == 0
+    assert empty.verdict == "invalid: no sequence found: no row mentions |S0 (the definesMBSize stream); check the alias"

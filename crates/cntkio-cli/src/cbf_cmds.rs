@@ -2,73 +2,11 @@
 
 use crate::output::{push_dump_records, write_stdout, Progress};
 use cntkio::cbf::CbfFile;
-use cntkio::{ChunkData, Error, ErrorKind, Layout, StorageFormat};
+use cntkio::{ChunkData, Error, Layout, StorageFormat};
 use serde_json::json;
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
-
-/// A problem found in a CBF file: (is it fatal for CNTK, message, byte offset).
-pub struct Finding {
-    /// CNTK cannot read the file because of it.
-    pub fatal: bool,
-    /// What.
-    pub message: String,
-    /// Where.
-    pub offset: Option<u64>,
-}
-
-/// Decodes every chunk and checks what CNTK would trip over. Returns (sequences, samples, findings).
-pub fn check(path: &Path, mmap: bool, progress: &Progress) -> Result<(u64, u64, Vec<Finding>), Error> {
-    let f = CbfFile::open_with(path, &cntkio::cbf::CbfOptions::default().mmap(mmap))?;
-    let mut findings = Vec::new();
-    let types: std::collections::BTreeSet<&str> = f.streams().iter().map(|s| s.element_type.cntk_name()).collect();
-    if types.len() > 1 {
-        findings.push(Finding {
-            fatal: true,
-            message: "streams mix float and double; CNTK requires every stream to match the reader's single precision"
-                .into(),
-            offset: None,
-        });
-    }
-    let (mut sequences, mut samples) = (0u64, 0u64);
-    let mut buf = Vec::new();
-    let mut data = ChunkData::new(&f.schema()?);
-    for (k, c) in f.chunks().iter().enumerate() {
-        let s = f.read_chunk_into(k, &mut buf, &mut data)?;
-        if s.meta_total != u64::from(c.num_samples) {
-            findings.push(Finding {
-                fatal: false,
-                message: format!(
-                    "chunk {k}: the chunk table says {} samples but the sequences' meta counts sum to {} (sweep sizes \
-                     and epochs will disagree with the data)",
-                    c.num_samples, s.meta_total
-                ),
-                offset: Some(c.offset),
-            });
-        }
-        for (si, st) in data.streams.iter().enumerate() {
-            for q in 0..st.num_sequences() {
-                if st.sequence_len(q) == 0 {
-                    findings.push(Finding {
-                        fatal: true,
-                        message: format!(
-                            "chunk {k}, sequence {}: stream \"{}\" has no sample; CNTK fails on such sequences \
-                             (\"Sequences must be a least one frame long\")",
-                            data.keys[q],
-                            f.streams()[si].name
-                        ),
-                        offset: Some(c.offset),
-                    });
-                }
-            }
-        }
-        sequences += data.num_sequences() as u64;
-        samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
-        progress.set(c.offset);
-    }
-    Ok((sequences, samples, findings))
-}
 
 /// `dump` of a CBF file.
 pub fn dump(path: &Path, mmap: bool, w: &mut impl Write, progress: &Progress) -> Result<(), Error> {
@@ -248,15 +186,4 @@ pub fn bench(path: &Path, mmap: bool, threads: usize) -> Result<(f64, u64, u64),
         samples += s;
     }
     Ok((secs, bytes, samples))
-}
-
-/// A CBF finding as an error value (for rendering).
-pub fn finding_error(path: &Path, f: &Finding) -> Error {
-    let mut e = Error::new(ErrorKind::CbfFormat {
-        field: "data".into(),
-        offset: f.offset.unwrap_or(0),
-        problem: f.message.clone(),
-    });
-    e.position_mut().byte = f.offset;
-    e.with_path(path.display().to_string())
 }

@@ -10,6 +10,7 @@ use cntkio::source::{
     Batch, Composite, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength, SourceState,
 };
 use cntkio::{ChunkData, Error, Layout, StreamSpec, Values};
+use numpy::{IntoPyArray, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -44,6 +45,8 @@ impl Deserializer for Skeleton {
 #[pyclass(module = "cntkio._native", frozen)]
 pub struct Source {
     deserializer: Arc<dyn Deserializer>,
+    /// The streams of the minibatches (every one dense with truncated BPTT).
+    streams: Vec<StreamSpec>,
     inner: Mutex<MinibatchSource>,
     /// The array sizes of the last minibatch.
     hint: Mutex<Sizes>,
@@ -129,8 +132,10 @@ impl Source {
     /// A source over `readers`: one, several joined by key (`join`, CNTK's composite reader) or several
     /// shards with the same streams read one after another. `max_samples` / `max_sweeps` (at most one):
     /// the run length, none = infinite. `window_samples > 0` selects a window in samples.
+    /// `truncation_length > 0`: truncated BPTT (every stream dense, fragments in parallel rows). `threads`:
+    /// background chunk loaders (None: `CNTKIO_THREADS` or one per core; 0: load on the calling thread).
     #[new]
-    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false))]
+    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false, truncation_length = 0, threads = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -144,6 +149,8 @@ impl Source {
         max_sweeps: Option<u64>,
         frame_mode: bool,
         cntk_restore_quirk: bool,
+        truncation_length: u64,
+        threads: Option<usize>,
     ) -> PyResult<Source> {
         let parts: Vec<Arc<dyn Deserializer>> = readers.iter().map(|r| r.deserializer()).collect();
         let run_length = match (max_samples, max_sweeps) {
@@ -162,6 +169,8 @@ impl Source {
             workers: 1,
             rank: 0,
             cntk_restore_quirk,
+            truncation_length,
+            threads,
             ..MinibatchConfig::default()
         };
         py.detach(move || {
@@ -173,15 +182,17 @@ impl Source {
                     _ => Arc::new(MultiSource::new(parts)?),
                 };
                 let src = MinibatchSource::new(deserializer.clone(), config)?;
-                Ok(Source { deserializer, inner: Mutex::new(src), hint: Mutex::new(Sizes::default()) })
+                let streams = src.streams().to_vec();
+                Ok(Source { deserializer, streams, inner: Mutex::new(src), hint: Mutex::new(Sizes::default()) })
             })
         })
         .map_err(py_err)
     }
 
-    /// `(name, alias, dim, is_sparse, dtype, defines_mb_size)` of each stream, in delivery order.
+    /// `(name, alias, dim, is_sparse, dtype, defines_mb_size)` of each stream, in delivery order (with
+    /// truncated BPTT every stream is dense).
     fn stream_infos<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        self.deserializer.streams().iter().map(|s| stream_info(py, s)).collect()
+        self.streams.iter().map(|s| stream_info(py, s)).collect()
     }
 
     /// Sweep size in samples (Σ of the declared sequence lengths).
@@ -194,14 +205,21 @@ impl Source {
         py.detach(|| lock(&self.inner).num_sequences())
     }
 
+    /// Background threads loading chunks (started at the first minibatch; 0: loaded on the calling thread).
+    fn loader_threads(&self, py: Python<'_>) -> usize {
+        py.detach(|| lock(&self.inner).loader_threads())
+    }
+
     /// Number of chunks of the (joined) data.
     fn num_chunks(&self) -> usize {
         self.deserializer.chunks().len()
     }
 
     /// The next minibatch of about `size` samples for partition `rank` of `workers`, as
-    /// `(keys, lengths, streams, end_of_sweep, end_of_run)` (see `arrays::chunk_to_py` for `keys`, `lengths`
-    /// and `streams`), or None when the run is over.
+    /// `(keys, lengths, streams, end_of_sweep, end_of_run, bptt)` (see `arrays::chunk_to_py` for `keys`,
+    /// `lengths` and `streams`), or None when the run is over. `bptt` is None, or with truncated BPTT
+    /// `(rows, columns, fragments)`: `fragments` an int64 array `(sequences, 4)` of `[row, column, offset,
+    /// sequence_len]` per sequence of the minibatch (each then a fragment of the sequence with its key).
     #[pyo3(signature = (size, workers = 1, rank = 0))]
     fn next_minibatch<'py>(
         &self,
@@ -218,7 +236,7 @@ impl Source {
                     // The arrays move to NumPy; the next batch is allocated at the size of the last one
                     // (one allocation per array instead of a doubling series).
                     let mut hint = lock_hint(&self.hint);
-                    let mut batch = Batch::new(self.deserializer.streams());
+                    let mut batch = Batch::new(&self.streams);
                     reserve(&mut batch, &hint);
                     let more = src.next_minibatch_into(size, &mut batch)?;
                     *hint = sizes(&batch);
@@ -228,12 +246,25 @@ impl Source {
             .map_err(py_err)?;
         let Some(batch) = batch else { return Ok(None) };
         let (eos, eor) = (batch.end_of_sweep, batch.end_of_run);
+        let bptt = match &batch.bptt {
+            None => py.None().into_bound(py),
+            Some(l) => {
+                let flat: Vec<i64> = l
+                    .fragments
+                    .iter()
+                    .flat_map(|f| [i64::from(f.row), f.column as i64, f.offset as i64, f.sequence_len as i64])
+                    .collect();
+                let fragments = flat.into_pyarray(py).reshape([l.fragments.len(), 4])?;
+                (l.rows, l.columns, fragments).into_pyobject(py)?.into_any()
+            }
+        };
         let data = chunk_to_py(py, batch.data)?;
         let (keys, lengths, streams) = (data.get_item(0)?, data.get_item(1)?, data.get_item(2)?);
-        Ok(Some((keys, lengths, streams, eos, eor).into_pyobject(py)?))
+        Ok(Some((keys, lengths, streams, eos, eor, bptt).into_pyobject(py)?))
     }
 
-    /// The checkpoint of the current position (`SourceState` JSON, version 1).
+    /// The checkpoint of the current position (`SourceState` JSON: version 1, or 2 with the rows of
+    /// truncated BPTT).
     fn state(&self, py: Python<'_>) -> String {
         py.detach(|| lock(&self.inner).state().to_json())
     }
@@ -258,6 +289,11 @@ impl Source {
         py.detach(|| {
             crate::pool::run(|| -> Result<Vec<String>, Error> {
                 let config = lock(&self.inner).config().clone();
+                if config.truncation_length > 0 {
+                    return Err(Error::config(
+                        "cannot plan a truncated-BPTT run (its minibatches depend on the sequences' data layout)",
+                    ));
+                }
                 if config.run_length == RunLength::Infinite && limit.is_none() {
                     return Err(Error::config("cannot plan an infinite run without a limit"));
                 }

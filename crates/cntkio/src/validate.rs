@@ -1,0 +1,310 @@
+//! Validation: read a whole file and report every problem CNTK would trip over, not only the first — what
+//! `cntkio validate` and Python's `cntkio.validate` show.
+//!
+//! A CTF file is parsed with CNTK's rules and every error is counted (none stops the pass); the file is
+//! valid when CNTK 2.7 could read it: no fatal error, no sequence lacking a configured stream, at most
+//! `maxErrors` errors, and at least one sequence. A CBF file is decoded chunk by chunk and checked for what
+//! CNTK's reader fails on (streams of mixed precision, sequences with an empty stream) or miscounts (a
+//! chunk table disagreeing with the sequences' lengths: a warning).
+//!
+//! ```
+//! use cntkio::validate::{validate_ctf, ValidateOptions};
+//! use cntkio::{Access, CtfOptions, InputFile, Schema, StorageFormat, StreamSpec};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("data.ctf");
+//! // sequence 1: a bad value (a row without a valid sample, one sample for two rows: three errors)
+//! std::fs::write(&path, "0 |a 1\n1 |a x\n1 |a 2\n2 |a 3\n").unwrap();
+//! let schema = Schema::new(vec![StreamSpec::new("a", 1, StorageFormat::Dense)]).unwrap();
+//! let file = InputFile::open(&path, Access::Read).unwrap();
+//! let opts = CtfOptions { max_errors: 3, ..CtfOptions::default() };
+//! let r = validate_ctf(&file, &schema, &opts, &ValidateOptions::default(), &mut |_| {}, &mut |_| {}).unwrap();
+//! assert_eq!((r.sequences, r.errors, r.valid()), (3, 3, true));
+//! assert_eq!(r.verdict(), "readable: 3 error(s) tolerated by maxErrors = 3");
+//! assert_eq!((r.shown[0].code(), r.shown[0].position().line), ("E0008", Some(2)));
+//! ```
+
+use crate::cbf::{CbfFile, CbfOptions};
+use crate::convert::Format;
+use crate::ctf::{scan_file, ScanOptions};
+use crate::input::InputFile;
+use crate::{ChunkData, CtfOptions, Error, ErrorKind, Position, Schema, WarningKind};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+/// How to validate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValidateOptions {
+    /// CTF parser threads (1: the calling thread only).
+    pub threads: usize,
+    /// Errors (and warnings) kept in the report; every one is counted.
+    pub limit: usize,
+    /// Collect CTF warnings (samples zero-filled, unknown names…).
+    pub warnings: bool,
+}
+
+impl Default for ValidateOptions {
+    fn default() -> Self {
+        ValidateOptions { threads: 1, limit: 1000, warnings: false }
+    }
+}
+
+/// A problem as it is found (CTF: in file order, a chunk's errors before its warnings).
+#[derive(Debug, Clone, Copy)]
+pub enum Finding<'a> {
+    /// An error (one of those kept: at most [`ValidateOptions::limit`] per chunk).
+    Error(&'a Error),
+    /// A warning, where it is.
+    Warning(&'a WarningKind, &'a Position),
+}
+
+/// A problem of a CBF file.
+#[derive(Debug, Clone)]
+pub struct CbfProblem {
+    /// CNTK cannot read the file because of it (else it is a warning).
+    pub fatal: bool,
+    /// What and where ([`ErrorKind::CbfFormat`], with the file's path and the chunk's byte offset).
+    pub error: Error,
+    /// For a sequence with an empty stream: its key.
+    pub empty_sequence: Option<u64>,
+}
+
+/// What a validation found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The file.
+    pub path: PathBuf,
+    /// Its format.
+    pub format: Format,
+    /// Sequences read (CBF: before a fatal error).
+    pub sequences: u64,
+    /// Σ of their declared lengths.
+    pub samples: u64,
+    /// CTF: samples read per configured stream, in schema order (empty for CBF).
+    pub stream_samples: Vec<u64>,
+    /// CTF: errors counted against `maxErrors`. CBF: fatal problems (see [`problems`](Self::problems)).
+    pub errors: u64,
+    /// Sequences lacking a configured stream (CTF) or with an empty stream (CBF): always fatal in CNTK.
+    pub dropped: u64,
+    /// Warnings counted (CTF: with [`ValidateOptions::warnings`]; CBF: non-fatal problems).
+    pub warnings: u64,
+    /// CTF: the `maxErrors` budget (0 for CBF).
+    pub max_errors: u64,
+    /// The error that stopped the pass (the file cannot be read), as the library gave it.
+    pub fatal: Option<Error>,
+    /// CTF: the first errors, at most [`ValidateOptions::limit`] (the fatal one is not among them).
+    pub shown: Vec<Error>,
+    /// CTF: the first warnings, at most [`ValidateOptions::limit`].
+    pub shown_warnings: Vec<(WarningKind, Position)>,
+    /// CBF: every problem found, in file order.
+    pub problems: Vec<CbfProblem>,
+    /// CTF: the alias of the `definesMBSize` stream, if any (named by the verdict of a file without
+    /// sequences).
+    pub main_alias: Option<String>,
+}
+
+impl Report {
+    fn new(path: &Path, format: Format) -> Report {
+        Report {
+            path: path.to_path_buf(),
+            format,
+            sequences: 0,
+            samples: 0,
+            stream_samples: Vec::new(),
+            errors: 0,
+            dropped: 0,
+            warnings: 0,
+            max_errors: 0,
+            fatal: None,
+            shown: Vec::new(),
+            shown_warnings: Vec::new(),
+            problems: Vec::new(),
+            main_alias: None,
+        }
+    }
+
+    /// Every error: counted ones, sequences lacking a stream (CTF; for CBF they are among the fatal
+    /// problems) and the fatal one.
+    pub fn total_errors(&self) -> u64 {
+        let dropped = if self.format == Format::Ctf { self.dropped } else { 0 };
+        self.errors + dropped + u64::from(self.fatal.is_some())
+    }
+
+    /// A CTF file without any sequence (and no other problem): nothing mentions the main stream.
+    pub fn is_empty(&self) -> bool {
+        self.format == Format::Ctf && self.fatal.is_none() && self.sequences == 0 && self.dropped == 0
+    }
+
+    /// CNTK 2.7 can read the file.
+    pub fn valid(&self) -> bool {
+        let tolerated = match self.format {
+            Format::Ctf => self.errors <= self.max_errors,
+            Format::Cbf => self.errors == 0,
+        };
+        self.fatal.is_none() && self.dropped == 0 && tolerated && !self.is_empty()
+    }
+
+    /// One line saying why the file is valid or not.
+    pub fn verdict(&self) -> String {
+        let valid = self.valid();
+        if valid && self.errors == 0 {
+            "valid".to_string()
+        } else if valid {
+            format!("readable: {} error(s) tolerated by maxErrors = {}", self.errors, self.max_errors)
+        } else if self.fatal.is_some() {
+            "invalid: the file cannot be read".to_string()
+        } else if self.is_empty() {
+            match &self.main_alias {
+                Some(a) => format!(
+                    "invalid: no sequence found: no row mentions |{a} (the definesMBSize stream); check the alias"
+                ),
+                None => "invalid: no sequence found".to_string(),
+            }
+        } else if self.dropped > 0 {
+            format!("invalid: {} sequence(s) lack a configured stream (always fatal in CNTK)", self.dropped)
+        } else if self.format == Format::Cbf {
+            "invalid: CNTK cannot read this file".to_string()
+        } else {
+            format!("invalid: {} error(s), more than maxErrors = {}", self.errors, self.max_errors)
+        }
+    }
+}
+
+/// Validates a CTF file: parses every chunk with CNTK's rules, counting every error. `progress` gets the
+/// bytes done; `each` every error and warning kept, as found. Errors: I/O errors only (a file that cannot
+/// be parsed is reported in [`Report::fatal`]).
+pub fn validate_ctf(
+    file: &InputFile,
+    schema: &Schema,
+    opts: &CtfOptions,
+    vo: &ValidateOptions,
+    progress: &mut dyn FnMut(u64),
+    each: &mut dyn FnMut(Finding<'_>),
+) -> Result<Report, Error> {
+    let scan = ScanOptions {
+        threads: vo.threads.max(1),
+        enforce_max_errors: false,
+        keep: vo.limit,
+        warnings: vo.warnings,
+        skip_bad_sequences: true,
+    };
+    let mut r = Report::new(file.path(), Format::Ctf);
+    r.max_errors = opts.max_errors;
+    r.stream_samples = vec![0; schema.len()];
+    r.main_alias = schema.main_stream().map(|m| schema.streams()[m].alias.clone());
+    let limit = vo.limit;
+    let res = scan_file(
+        file,
+        schema,
+        opts,
+        &scan,
+        |p| {
+            r.sequences += p.data.num_sequences() as u64;
+            r.samples += p.data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+            for (t, d) in r.stream_samples.iter_mut().zip(&p.data.streams) {
+                *t += d.num_samples();
+            }
+            r.errors += p.num_errors;
+            r.dropped += p.num_dropped;
+            r.warnings += p.num_warnings;
+            for e in &p.errors {
+                if r.shown.len() < limit {
+                    r.shown.push(e.clone());
+                }
+                each(Finding::Error(e));
+            }
+            for (w, pos) in &p.warnings {
+                if r.shown_warnings.len() < limit {
+                    r.shown_warnings.push((w.clone(), pos.clone()));
+                }
+                each(Finding::Warning(w, pos));
+            }
+            Ok(ControlFlow::Continue(()))
+        },
+        progress,
+    );
+    match res {
+        Ok(_) => {}
+        Err(e) if e.is_io() => return Err(e),
+        Err(e) => r.fatal = Some(e),
+    }
+    Ok(r)
+}
+
+/// Validates a CBF file: decodes every chunk and checks what CNTK's reader fails on. `progress` gets the
+/// byte offset of each chunk done. Errors: I/O errors only (a damaged file is reported in
+/// [`Report::fatal`], with the path).
+pub fn validate_cbf(path: &Path, options: &CbfOptions, progress: &mut dyn FnMut(u64)) -> Result<Report, Error> {
+    let mut r = Report::new(path, Format::Cbf);
+    let res = check_cbf(path, options, &mut r, progress);
+    r.errors = r.problems.iter().filter(|p| p.fatal).count() as u64;
+    r.warnings = r.problems.len() as u64 - r.errors;
+    match res {
+        Ok(()) => {}
+        Err(e) if e.is_io() => return Err(e),
+        Err(e) => r.fatal = Some(e.with_path(path.display().to_string())),
+    }
+    Ok(r)
+}
+
+fn check_cbf(path: &Path, options: &CbfOptions, r: &mut Report, progress: &mut dyn FnMut(u64)) -> Result<(), Error> {
+    let f = CbfFile::open_with(path, options)?;
+    let problem = |fatal: bool, message: String, offset: Option<u64>, empty_sequence: Option<u64>| {
+        let mut e =
+            Error::new(ErrorKind::CbfFormat { field: "data".into(), offset: offset.unwrap_or(0), problem: message });
+        e.position_mut().byte = offset;
+        CbfProblem { fatal, error: e.with_path(path.display().to_string()), empty_sequence }
+    };
+    let types: std::collections::BTreeSet<&str> = f.streams().iter().map(|s| s.element_type.cntk_name()).collect();
+    if types.len() > 1 {
+        r.problems.push(problem(
+            true,
+            "streams mix float and double; CNTK requires every stream to match the reader's single precision".into(),
+            None,
+            None,
+        ));
+    }
+    let mut buf = Vec::new();
+    let mut data = ChunkData::new(&f.schema()?);
+    let mut empty = Vec::new();
+    for (k, c) in f.chunks().iter().enumerate() {
+        let s = f.read_chunk_into(k, &mut buf, &mut data)?;
+        if s.meta_total != u64::from(c.num_samples) {
+            r.problems.push(problem(
+                false,
+                format!(
+                    "chunk {k}: the chunk table says {} samples but the sequences' meta counts sum to {} (sweep sizes \
+                     and epochs will disagree with the data)",
+                    c.num_samples, s.meta_total
+                ),
+                Some(c.offset),
+                None,
+            ));
+        }
+        empty.clear();
+        empty.resize(data.num_sequences(), false);
+        for (si, st) in data.streams.iter().enumerate() {
+            for (q, e) in empty.iter_mut().enumerate().take(st.num_sequences()) {
+                if st.sequence_len(q) == 0 {
+                    *e = true;
+                    r.problems.push(problem(
+                        true,
+                        format!(
+                            "chunk {k}, sequence {}: stream \"{}\" has no sample; CNTK fails on such sequences \
+                             (\"Sequences must be a least one frame long\")",
+                            data.keys[q],
+                            f.streams()[si].name
+                        ),
+                        Some(c.offset),
+                        Some(data.keys[q]),
+                    ));
+                }
+            }
+        }
+        r.dropped += empty.iter().filter(|&&e| e).count() as u64;
+        r.sequences += data.num_sequences() as u64;
+        r.samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+        progress(c.offset);
+    }
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! `cntkio::validate`: the verdicts, counts and findings the command line and Python render.
+
+mod common;
+
+use cntkio::cbf::CbfOptions;
+use cntkio::convert::Format;
+use cntkio::validate::{validate_cbf, validate_ctf, Finding, ValidateOptions};
+use cntkio::{Access, CtfOptions, InputFile, Schema, StorageFormat, StreamSpec};
+use std::path::Path;
+
+fn schema() -> Schema {
+    Schema::new(vec![
+        StreamSpec::new("x", 2, StorageFormat::Dense),
+        StreamSpec::new("y", 3, StorageFormat::Sparse).defines_mb_size(true),
+    ])
+    .unwrap()
+}
+
+fn ctf(dir: &Path, text: &str, max_errors: u64, vo: ValidateOptions) -> (cntkio::validate::Report, Vec<String>) {
+    let p = dir.join("v.ctf");
+    std::fs::write(&p, text).unwrap();
+    let file = InputFile::open(&p, Access::Read).unwrap();
+    let opts = CtfOptions { max_errors, ..CtfOptions::default() };
+    let mut seen = Vec::new();
+    let mut each = |f: Finding<'_>| {
+        seen.push(match f {
+            Finding::Error(e) => format!("E {} {:?}", e.code(), e.position().line),
+            Finding::Warning(w, p) => format!("W {} {:?}", w.code(), p.line),
+        })
+    };
+    let r = validate_ctf(&file, &schema(), &opts, &vo, &mut |_| {}, &mut each).unwrap();
+    (r, seen)
+}
+
+#[test]
+fn ctf_verdicts_and_counts() {
+    let d = tempfile::tempdir().unwrap();
+    let vo = ValidateOptions::default();
+    let (r, seen) = ctf(d.path(), "0 |x 1 2 |y 0:1\n0 |x 3 4\n1 |x 5 6 |y 2:1\n", 0, vo);
+    assert_eq!((r.format, r.sequences, r.samples, r.stream_samples.clone()), (Format::Ctf, 2, 2, vec![3, 2]));
+    assert!(r.valid() && r.verdict() == "valid" && seen.is_empty() && r.total_errors() == 0);
+    // two bad samples and a sequence with fewer samples than rows: invalid with maxErrors 1, readable with 3;
+    // every error counted, shown in order
+    let bad = "0 |x 1 a |y 0:1\n0 |x 1 2\n1 |x 5 6 |y 9:1\n1 |y 1:1\n2 |x 1 1 |y 1:1\n";
+    let (r, seen) = ctf(d.path(), bad, 1, vo);
+    assert_eq!((r.errors, r.valid()), (3, false));
+    assert_eq!(r.verdict(), "invalid: 3 error(s), more than maxErrors = 1");
+    assert_eq!(seen, ["E E0008 Some(1)", "E E0015 Some(3)", "E E0020 Some(3)"]);
+    assert_eq!(r.shown.iter().map(|e| e.code()).collect::<Vec<_>>(), ["E0008", "E0015", "E0020"]);
+    let (r, _) = ctf(d.path(), bad, 3, ValidateOptions { limit: 1, ..vo });
+    assert!(r.valid() && r.shown.len() == 1 && r.errors == 3);
+    assert_eq!(r.verdict(), "readable: 3 error(s) tolerated by maxErrors = 3");
+    // a sequence without its y (the bad sample leaves it empty): always fatal
+    let (r, _) = ctf(d.path(), "0 |x 1 2 |y 7:1\n1 |x 1 2 |y 1:1\n", 10, vo);
+    assert_eq!((r.dropped, r.valid(), r.total_errors()), (1, false, 2));
+    assert_eq!(r.verdict(), "invalid: 1 sequence(s) lack a configured stream (always fatal in CNTK)");
+    // no row mentions the main stream
+    let (r, _) = ctf(d.path(), "0 |x 1 2\n", 0, vo);
+    assert!(r.is_empty() && !r.valid());
+    assert_eq!(
+        r.verdict(),
+        "invalid: no sequence found: no row mentions |y (the definesMBSize stream); check the alias"
+    );
+    // a fatal error: reported, not returned
+    let (r, _) = ctf(d.path(), "", 0, vo);
+    assert_eq!(r.fatal.as_ref().map(|e| e.code()), Some("E0002"));
+    assert_eq!((r.verdict().as_str(), r.total_errors()), ("invalid: the file cannot be read", 1));
+    // warnings, when asked for: found after the chunk's errors
+    let (r, seen) = ctf(d.path(), "0 |x 1 |y 0:1\n0 |x 1 b\n", 5, ValidateOptions { warnings: true, ..vo });
+    assert!(r.warnings >= 1 && !r.shown_warnings.is_empty());
+    assert!(seen[0].starts_with("E ") && seen.last().unwrap().starts_with("W "), "{seen:?}");
+}
+
+#[test]
+fn cbf_valid_and_damaged() {
+    let real = common::shared_dir().join("data/real/cbf");
+    if !real.is_dir() {
+        eprintln!("skipped: no shared data");
+        return;
+    }
+    let r = validate_cbf(&real.join("Simple_dense.bin"), &CbfOptions::default(), &mut |_| {}).unwrap();
+    assert_eq!((r.format, r.sequences, r.samples, r.valid()), (Format::Cbf, 10000, 10000, true));
+    assert!(r.problems.is_empty() && r.verdict() == "valid");
+    let d = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(real.join("10x10_dense.bin")).unwrap();
+    bytes[52..56].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    let p = d.path().join("n.bin");
+    std::fs::write(&p, &bytes).unwrap();
+    let r = validate_cbf(&p, &CbfOptions::default(), &mut |_| {}).unwrap();
+    let fatal = r.fatal.as_ref().expect("a damaged chunk is fatal");
+    assert_eq!((fatal.code(), fatal.position().path.as_deref()), ("E0100", Some(p.display().to_string().as_str())));
+    assert_eq!((r.valid(), r.total_errors(), r.verdict().as_str()), (false, 1, "invalid: the file cannot be read"));
+    // I/O errors are returned
+    assert!(validate_cbf(&d.path().join("missing.bin"), &CbfOptions::default(), &mut |_| {}).unwrap_err().is_io());
+}
