@@ -374,9 +374,9 @@ class MinibatchSource:
             Checkpoints hold the rows. A new minibatch size starts new rows (the sequences held are
             dropped, as in CNTK).
         randomize: False turns randomization off whatever the windows.
-        max_errors: errors tolerated by every CTF deserializer that does not set its own ``maxErrors``
-            (cntkio; CNTK 2.7 took it as a budget of invalid sequences, which CTF and CBF never produce, so
-            it had no effect there). A warning is logged when no deserializer is CTF.
+        max_errors: CNTK 2.7's budget of invalid sequences, which CTF and CBF never produce: it does not
+            reach the CTF parser (in CNTK neither), so it changes no data; a non-zero value logs a warning
+            that names the deserializer option that does (``d['maxErrors'] = N``).
         concat: (cntkio) read several deserializers one after another instead of joining them by key.
         cntk_restore_quirk: (cntkio) restore checkpoints as CNTK 2.7 did, quirks included, instead of
             continuing exactly as the uninterrupted run (see the README).
@@ -473,17 +473,16 @@ class MinibatchSource:
             run_sweeps = max_sweeps
         self.randomized: bool = bool(chunks or samples)
         """Whether sequences are randomized (randomize=True with a non-zero window)."""
-        # The caller's deserializers keep their opened files (a CTF index is built once per object); those
-        # given the source's max_errors are opened as the source's copies.
-        readers = []
-        for i, d in enumerate(deserializers):
-            if max_errors and isinstance(d, CTFDeserializer) and "maxErrors" not in d:
-                self._deserializers[i]["maxErrors"] = max_errors
-                d = self._deserializers[i]
-            readers.append(d.open())
-        if max_errors and not any(isinstance(d, CTFDeserializer) for d in deserializers):
+        # The caller's deserializers keep their opened files (a CTF index is built once per object).
+        readers = [d.open() for d in deserializers]
+        if max_errors:
+            # As in CNTK 2.7, the source's budget does not reach the CTF parser: the data stays CNTK's.
             _log.warning(
-                "MinibatchSource(max_errors=%d) has no effect: only CTF deserializers tolerate errors", max_errors
+                "MinibatchSource(max_errors=%d) has no effect on CTF or CBF data (as in CNTK 2.7, where it "
+                "counted invalid sequences, which these deserializers never produce); to tolerate malformed "
+                "CTF lines set the deserializer's option: d['maxErrors'] = %d",
+                max_errors,
+                max_errors,
             )
         self._src = _native.Source(
             readers,
