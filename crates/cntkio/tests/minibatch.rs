@@ -131,8 +131,16 @@ fn sweep_ends_and_max_samples() {
         let got: Vec<(usize, bool)> = bs.iter().map(|b| (b.num_sequences(), b.end_of_sweep)).collect();
         assert_eq!(got, [(5, true), (5, true), (1, false)], "randomize {randomize}");
     }
-    let mut s = MinibatchSource::new(d, MinibatchConfig::default()).unwrap();
+    let mut s = MinibatchSource::new(d.clone(), MinibatchConfig::default()).unwrap();
     assert!(s.next_minibatch(0).is_err());
+    // An endless run cannot fill a minibatch of 2^64 − 1 samples: an error, not sweeps gathered forever; a
+    // run with an end gives what it has (CNTK's full-sweep minibatch).
+    let e = s.next_minibatch(u64::MAX).unwrap_err();
+    assert!(e.to_string().contains("endless run"), "{e}");
+    assert_eq!(s.next_minibatch(3).unwrap().unwrap().num_sequences(), 3);
+    let mut s = MinibatchSource::new(d, cfg(true, Window::Chunks(128), 0, RunLength::Sweeps(2))).unwrap();
+    assert_eq!(s.next_minibatch(u64::MAX).unwrap().unwrap().num_sequences(), 8);
+    assert!(s.next_minibatch(u64::MAX).unwrap().is_none());
 }
 
 fn twelve(dir: &Path) -> Arc<dyn Deserializer> {

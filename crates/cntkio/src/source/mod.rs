@@ -510,6 +510,12 @@ impl MinibatchSource {
         if size == 0 {
             return Err(Error::config("Requested minibatch size must be > 0."));
         }
+        if size > MAX_ENDLESS_MINIBATCH && self.config.run_length.normalized() == RunLength::Infinite {
+            // Guard, not in CNTK (which would gather sweep after sweep until memory runs out).
+            return Err(Error::config(format!(
+                "a minibatch of {size} samples from an endless run (no max_samples or max_sweeps) would never be                  complete; ask for at most {MAX_ENDLESS_MINIBATCH} samples, or end the run"
+            )));
+        }
         if self.config.truncation_length > 0 {
             return self.next_bptt(size, batch);
         }
@@ -811,6 +817,10 @@ impl MinibatchSource {
         Ok(())
     }
 }
+
+/// The largest minibatch (in samples) asked of an endless run: a larger one would gather sweep after sweep
+/// (2^40 samples: terabytes of data).
+pub const MAX_ENDLESS_MINIBATCH: u64 = 1 << 40;
 
 /// How many sequences ahead of the one being copied are asked into the cache.
 const PREFETCH_SEQUENCES: usize = 8;
