@@ -10,7 +10,8 @@
 //! assert_eq!(data.keys, vec![0]);
 //! assert_eq!(data.streams[0].values, cntkio_core::Values::F32(vec![1.0, 2.0, 3.0]));
 //! ```
-#![forbid(unsafe_code)]
+// One audited exception: the SSE2 separator mask of the CTF parser (`ctf::parse::separators_sse2`).
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod cbf;

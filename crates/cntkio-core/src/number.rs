@@ -114,6 +114,16 @@ pub fn short_digit_run(s: &[u8], start: usize) -> Option<(u64, usize)> {
     Some((swar_value(word, n), start + n as usize))
 }
 
+/// An integer below 2^52 as f64 (exact), by placing it in the mantissa of 2^52 and subtracting 2^52.
+/// Unlike `cvtsi2sd`, which merges into its destination register (a false dependency that LLVM does not
+/// always break, and that chains the conversions of consecutive values), this writes whole registers.
+#[inline(always)]
+fn small_to_f64(v: u64) -> f64 {
+    debug_assert!(v < 1 << 52);
+    const TWO52: u64 = 0x4330_0000_0000_0000;
+    f64::from_bits(v | TWO52) - f64::from_bits(TWO52)
+}
+
 /// Reads the digit run starting at `start`; returns its end and the value CNTK accumulates.
 #[inline(always)]
 fn digit_run(s: &[u8], start: usize) -> (usize, f64) {
@@ -176,6 +186,22 @@ fn parse_short(s: &[u8], start: usize) -> Option<(f64, usize)> {
             return Some((f64::from(v), start + 1));
         }
     }
+    parse_words(s, start)
+}
+
+/// [`parse_number`] without the one-digit test of the short path (whose branch mispredicts on values
+/// with random signs). For the structural fast paths, which nearly always have 18 bytes readable.
+#[inline(always)]
+pub fn parse_number_words(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
+    match parse_words(s, start) {
+        Some(r) => Ok(r),
+        None => parse_number_general(s, start),
+    }
+}
+
+/// [`parse_short`] after its one-digit test: only word loads.
+#[inline(always)]
+fn parse_words(s: &[u8], start: usize) -> Option<(f64, usize)> {
     let w = s.get(start..start + 18)?;
     let b0 = w[0];
     let neg = b0 == b'-';
@@ -186,7 +212,7 @@ fn parse_short(s: &[u8], start: usize) -> Option<(f64, usize)> {
         return None;
     }
     // Below 2^53, so the i64 → f64 conversion is exact (and a single instruction, unlike u64 → f64).
-    let int = swar_value(w1, n1) as i64 as f64;
+    let int = small_to_f64(swar_value(w1, n1));
     let p = off + n1 as usize;
     // The sign is applied by setting the sign bit: the magnitude is non-negative, -0 included.
     let sign = u64::from(neg) << 63;
@@ -202,7 +228,7 @@ fn parse_short(s: &[u8], start: usize) -> Option<(f64, usize)> {
             if n2 == 8 || matches!(w[e], b'e' | b'E') {
                 return None;
             }
-            let frac = swar_value(w2, n2) as i64 as f64;
+            let frac = small_to_f64(swar_value(w2, n2));
             let coef = int + frac / POW10_EXACT[n2 as usize];
             Some((f64::from_bits(coef.to_bits() | sign), start + e))
         }
@@ -445,6 +471,7 @@ mod tests {
                             let bits = |r: Result<(f64, usize), NumberError>| r.map(|(v, i)| (v.to_bits(), i));
                             let a = bits(parse_number(t.as_bytes(), 0));
                             assert_eq!(a, bits(parse_number_general(t.as_bytes(), 0)), "{t:?}");
+                            assert_eq!(a, bits(parse_number_words(t.as_bytes(), 0)), "{t:?}");
                             assert_eq!(a, bits(parse_number_reference(t.as_bytes(), 0)), "{t:?}");
                             n += usize::from(parse_short(t.as_bytes(), 0).is_some());
                         }
@@ -453,6 +480,13 @@ mod tests {
             }
         }
         assert!(n > 1000, "the short path was taken {n} times");
+    }
+
+    #[test]
+    fn small_integers_convert_exactly() {
+        for v in [0u64, 1, 9, 10, 99_999_999, 123_456_789_012_345, (1 << 52) - 1] {
+            assert_eq!(small_to_f64(v).to_bits(), (v as f64).to_bits(), "{v}");
+        }
     }
 
     #[test]

@@ -467,3 +467,101 @@ fn numbers_agree_at_every_length_and_terminator() {
         }
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// The structural fast path of dense value lists (64-byte windows of separator masks): long lists, values
+// across window borders, long numbers, and every reason to fall back to the careful loop.
+
+/// A dense value token: mostly the forms of real files, sometimes one that makes the fast path stop.
+fn long_list_token() -> impl Strategy<Value = String> {
+    prop_oneof![
+        10 => "-?[0-9]\\.[0-9]{1,6}",
+        4 => "[0-9]",
+        2 => "-?[0-9]{1,3}(\\.[0-9]{0,8})?",
+        1 => "[+-]?[0-9]{1,2}(\\.[0-9]{1,3})?[eE][+-]?[0-9]{1,2}",
+        1 => "[0-9]{9,20}(\\.[0-9]{9,20})?",
+        1 => "[0-9]{60,80}",
+        1 => prop::sample::select(vec![
+            "5.", "-0", "+2.5", "007", "1-2", "1.5.5", "1e", "1e+", ".5", "-", "x", "nan", "1:2", "2,5", "1|",
+            "|", "|b 1:1", "#c", "\r", "\x0b", "\x00", "\u{e9}", "\n",
+        ])
+        .prop_map(str::to_string),
+    ]
+}
+
+fn long_list_sep() -> impl Strategy<Value = &'static str> {
+    prop_oneof![30 => Just(" "), 2 => Just("\t"), 2 => Just("  "), 1 => Just(" \t "), 1 => Just("")]
+}
+
+/// Files of rows `|a v v v ... [|b i:v]`, with 0–120 values per sample.
+fn long_list_case() -> impl Strategy<Value = Case> {
+    let row = (
+        prop::collection::vec((long_list_sep(), long_list_token()), 0..120),
+        any::<bool>(),
+        prop_oneof![8 => Just("\n"), 1 => Just("\r\n"), 1 => Just(" \n"), 1 => Just("")],
+    );
+    (
+        prop::collection::vec(row, 1..6),
+        1usize..130,
+        prop::sample::select(vec![0u64, 100, 700, u64::MAX]),
+        prop::sample::select(vec![0u64, 3, 1_000_000]),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(rows, dim, chunk_size, max_errors, f64, ids)| {
+            let mut data = Vec::new();
+            for (i, (vals, with_b, end)) in rows.iter().enumerate() {
+                if ids {
+                    data.extend_from_slice(format!("{} ", i / 2).as_bytes());
+                }
+                data.extend_from_slice(b"|a");
+                for (sep, tok) in vals {
+                    data.extend_from_slice(sep.as_bytes());
+                    data.extend_from_slice(tok.as_bytes());
+                }
+                if *with_b {
+                    data.extend_from_slice(b" |b 2:1");
+                }
+                data.extend_from_slice(end.as_bytes());
+            }
+            Case {
+                data,
+                streams: vec![cfg("a", true, dim), cfg("b", false, 3)],
+                skip_ids: false,
+                chunk_size,
+                max_errors,
+                elem: if f64 { Elem::F64 } else { Elem::F32 },
+                noise: 0,
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(num_cases() / 3) })]
+
+    /// Long dense value lists: fast path (whole, chunked, parse_bytes) == reference.
+    #[test]
+    fn long_dense_lists_match_reference(c in long_list_case()) {
+        if let Err(m) = compare(&c) {
+            prop_assert!(false, "{}", m);
+        }
+    }
+}
+
+/// Value lists of exactly the shape of the benchmark files, cut at every length (so every window
+/// border and every end of the sequence falls in every place of a number).
+#[test]
+fn dense_lists_cut_everywhere_agree_with_reference() {
+    let vals = "-4.22509 0.646123 0.0248291 12.5 -0 7 1e5 3.25e-2 0.000125 -99.5 1 0 0 1";
+    let row = format!("|a {vals} {vals} {vals} {vals} {vals} |b 1:1\n|a {vals}\n");
+    for cut in 0..=row.len() {
+        for dim in [14, 70, 100] {
+            for elem in [Elem::F32, Elem::F64] {
+                let mut c = case(&row.as_bytes()[..cut], vec![cfg("a", true, dim), cfg("b", false, 3)]);
+                c.elem = elem;
+                c.max_errors = 100;
+                check(&c);
+            }
+        }
+    }
+}

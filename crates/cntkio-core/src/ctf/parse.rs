@@ -6,7 +6,7 @@
 use super::{cntk_u64, is_non_printable, SequenceDesc};
 use crate::data::{ChunkData, Layout, StreamData, Values};
 use crate::error::{Error, ErrorKind, WarningKind};
-use crate::number::{parse_number, short_digit_run, NumberError, NumberErrorKind};
+use crate::number::{parse_number, parse_number_words, short_digit_run, NumberError, NumberErrorKind};
 use crate::schema::Schema;
 
 /// Receives recoverable errors and warnings while a chunk is parsed.
@@ -166,15 +166,18 @@ impl CtfParser {
                         base
                     )))
                 })?;
-            let s = &bytes[a..a + seq.len_bytes as usize];
-            self.parse_sequence(s, seq.offset, seq, out, &mut st, sink)?;
+            // The fast paths may look past the sequence's end (never using what they see there).
+            let ext = &bytes[a..];
+            self.parse_sequence(ext, seq.len_bytes as usize, seq.offset, seq, out, &mut st, sink)?;
         }
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn parse_sequence(
         &self,
-        s: &[u8],
+        ext: &[u8],
+        len: usize,
         base: u64,
         seq: &SequenceDesc,
         out: &mut ChunkData,
@@ -188,6 +191,7 @@ impl CtfParser {
                 st.offsets_start[i] = sample_offsets.len();
             }
         }
+        let s = &ext[..len];
         let n = s.len();
         let mut p = 0usize;
         while p < n {
@@ -213,7 +217,7 @@ impl CtfParser {
                     break;
                 }
                 if c == b'|' {
-                    match self.read_sample(s, p + 1, base, seq, out, st, sink)? {
+                    match self.read_sample(ext, n, p + 1, base, seq, out, st, sink)? {
                         Sample::Ok(q) => {
                             nread += 1;
                             p = q;
@@ -305,7 +309,8 @@ impl CtfParser {
     #[inline]
     fn read_sample(
         &self,
-        s: &[u8],
+        ext: &[u8],
+        n: usize,
         mut p: usize,
         base: u64,
         seq: &SequenceDesc,
@@ -313,7 +318,7 @@ impl CtfParser {
         st: &mut SeqState,
         sink: &mut dyn ErrorSink,
     ) -> Result<Sample, Error> {
-        let n = s.len();
+        let s = &ext[..n];
         if p < n && s[p] == b'#' {
             return Ok(Sample::Skip(p + 1)); // a comment: skipped to the next `|` or `\n`
         }
@@ -359,8 +364,8 @@ impl CtfParser {
         let data = &mut out.streams[i];
         let res = match &mut data.layout {
             Layout::Dense => match &mut data.values {
-                Values::F32(v) => read_dense(s, p, info.dim, v, |x| x as f32),
-                Values::F64(v) => read_dense(s, p, info.dim, v, |x| x),
+                Values::F32(v) => read_dense(ext, n, p, info.dim, v, |x| x as f32),
+                Values::F64(v) => read_dense(ext, n, p, info.dim, v, |x| x),
             },
             Layout::Sparse { indices, sample_offsets } => {
                 let seq_has_values = data.values.len() > st.value_start[i];
@@ -473,11 +478,12 @@ impl Fail {
     }
 }
 
-/// Reads a dense value list starting at `p` (just after the name). On failure the values appended for
-/// this sample are removed.
+/// Reads a dense value list starting at `p` (just after the name) in `ext[..n]`. On failure the values
+/// appended for this sample are removed.
 #[inline]
 fn read_dense<T: Copy + Default>(
-    s: &[u8],
+    ext: &[u8],
+    n: usize,
     mut p: usize,
     dim: usize,
     v: &mut Vec<T>,
@@ -485,8 +491,11 @@ fn read_dense<T: Copy + Default>(
 ) -> Result<Done, Fail> {
     let start = v.len();
     let first = p;
-    let n = s.len();
     v.reserve(dim);
+    // The common case in bulk; the loop below goes on from where it stops (with everything before
+    // read exactly as the loop would have read it).
+    p = dense_fast(ext, n, p, v, &conv);
+    let s = &ext[..n];
     loop {
         if p >= n {
             // End of the file without a newline (CTF.md §5.1): accepted if it has a value; no dim check in
@@ -538,6 +547,193 @@ fn read_dense<T: Copy + Default>(
             }
         }
     }
+}
+
+/// Bit `i` set iff byte `i` of the window is a value separator (` ` or `\t`).
+#[inline(always)]
+fn separators(win: &[u8; WINDOW]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        separators_sse2(win)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        separators_swar(win)
+    }
+}
+
+/// [`separators`] with SSE2 (part of the x86_64 baseline): 16 bytes per compare.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[inline(always)]
+fn separators_sse2(win: &[u8; WINDOW]) -> u64 {
+    use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8};
+    let mut m = 0u64;
+    for k in 0..WINDOW / 16 {
+        // SAFETY: SSE2 is enabled on every x86_64 target; the load reads bytes 16k..16k+16 of the
+        // 64-byte array (in bounds), unaligned loads being allowed by `loadu`.
+        let bits = unsafe {
+            let x = _mm_loadu_si128(win.as_ptr().add(16 * k).cast());
+            let sp = _mm_cmpeq_epi8(x, _mm_set1_epi8(b' ' as i8));
+            let tab = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\t' as i8));
+            _mm_movemask_epi8(_mm_or_si128(sp, tab)) as u32 as u64
+        };
+        m |= bits << (16 * k);
+    }
+    m
+}
+
+/// [`separators`] in portable code (SWAR, 8 bytes at a time).
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+#[inline(always)]
+fn separators_swar(win: &[u8; WINDOW]) -> u64 {
+    const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut m = 0u64;
+    for k in 0..WINDOW / 8 {
+        let x = u64::from_le_bytes(win[8 * k..8 * k + 8].try_into().expect("8 bytes"));
+        // Exact per-byte zero tests (no borrows between bytes): the high bit of `(b & 0x7f) + 0x7f | b`
+        // is set iff b != 0.
+        let t1 = x ^ 0x2020_2020_2020_2020;
+        let t2 = x ^ 0x0909_0909_0909_0909;
+        let nz1 = ((t1 & LO7) + LO7) | t1;
+        let nz2 = ((t2 & LO7) + LO7) | t2;
+        let hi = !(nz1 & nz2) & HI;
+        // Gather the 8 high bits (byte i → bit i); the partial products never overlap.
+        m |= (hi.wrapping_mul(0x0002_0408_1020_4081) >> 56) << (8 * k);
+    }
+    m
+}
+
+/// Bytes classified at once by the fast paths.
+const WINDOW: usize = 64;
+
+/// `c` separates values (` ` or `\t`).
+#[inline(always)]
+fn is_sep(c: u8) -> bool {
+    c == b' ' || c == b'\t'
+}
+
+/// Most values a window can hold (a value and its separator take at least two bytes).
+const PER_WINDOW: usize = WINDOW / 2;
+
+/// The windows of a value list, for the fast paths.
+///
+/// The value starts of a 64-byte window come from its separator mask (a value starts at a non-separator
+/// after a separator), so the numbers of a window are converted independently of each other (no serial
+/// dependency on where the previous one ended) into a small buffer that is appended once per window.
+/// A number is taken only when it ends at a separator before the sequence's end (`n`); then the next
+/// start is the next value's start. Anything else (a `|` or control byte, a malformed number, a number
+/// ending on something else, the sequence's end, fewer than 64 readable bytes) stops the fast path at
+/// the position where the careful loop must go on; everything before it was read exactly as the careful
+/// loop reads it.
+///
+/// Bytes past `n` (the sequence's end) are only classified and read by the number parser while it
+/// finds the end of a number; a number is taken only if it ends before `n`, and then its value depends
+/// only on its own bytes and the one that ended it.
+struct Windows {
+    /// Start of the current window.
+    p: usize,
+    /// Bit 0: the byte before `p` is a separator (or `p` is where the value list starts).
+    carry: u64,
+    /// End of the last number taken (starts before it are inside it).
+    last: usize,
+}
+
+impl Windows {
+    fn new(p: usize) -> Windows {
+        Windows { p, carry: 1, last: p }
+    }
+
+    /// The next window's separator mask and value starts; `Err(position)` when the fast path stops.
+    #[inline(always)]
+    fn next(&mut self, ext: &[u8], n: usize) -> Result<(u64, u64), usize> {
+        let p = self.p;
+        let resume = p.max(self.last);
+        if p >= n {
+            return Err(resume);
+        }
+        let win = ext.get(p..p + WINDOW).ok_or(resume)?;
+        let skip = self.last.saturating_sub(p);
+        if skip >= WINDOW {
+            // A number longer than a window: left to the careful loop.
+            return Err(resume);
+        }
+        let valid = if n - p < WINDOW { (1u64 << (n - p)) - 1 } else { !0 };
+        let sep = separators(win.try_into().expect("a window")) & valid;
+        let starts = !sep & ((sep << 1) | self.carry) & valid & (!0u64 << skip);
+        self.carry = sep >> (WINDOW - 1);
+        Ok((sep, starts))
+    }
+
+    /// After the window: `Err(position)` if the value list ended in it.
+    #[inline(always)]
+    fn advance(&mut self, n: usize) -> Result<(), usize> {
+        if n - self.p <= WINDOW {
+            // Only separators after the last value (or the last value's end is the stop).
+            return Err(n.max(self.last));
+        }
+        self.p += WINDOW;
+        Ok(())
+    }
+}
+
+/// Values buffered by [`dense_fast`] before they are appended (appending once per window would cost
+/// a `memcpy` call per window).
+const DENSE_BUF: usize = 128;
+
+#[inline(always)]
+fn dense_fast<T: Copy + Default>(ext: &[u8], n: usize, p: usize, v: &mut Vec<T>, conv: &impl Fn(f64) -> T) -> usize {
+    let mut buf = [T::default(); DENSE_BUF];
+    let mut cnt = 0usize;
+    let mut w = Windows::new(p);
+    loop {
+        if cnt > DENSE_BUF - PER_WINDOW {
+            v.extend_from_slice(&buf[..cnt]);
+            cnt = 0;
+        }
+        if let Some(at) = dense_window(ext, n, &mut w, &mut buf, &mut cnt, conv) {
+            v.extend_from_slice(&buf[..cnt]);
+            return at;
+        }
+    }
+}
+
+/// One window of [`dense_fast`]: appends its values to `buf[cnt..]` (room for a window is left) and
+/// says where the fast path stops, if it does.
+#[inline(always)]
+fn dense_window<T>(
+    ext: &[u8],
+    n: usize,
+    w: &mut Windows,
+    buf: &mut [T; DENSE_BUF],
+    cnt: &mut usize,
+    conv: &impl Fn(f64) -> T,
+) -> Option<usize> {
+    let mut starts = match w.next(ext, n) {
+        Ok((_, starts)) => starts,
+        Err(at) => return Some(at),
+    };
+    while starts != 0 {
+        let a = w.p + starts.trailing_zeros() as usize;
+        starts &= starts - 1;
+        // A `|` or control byte fails as a number too.
+        let (x, q) = match parse_number_words(ext, a) {
+            Ok(r) => r,
+            Err(_) => return Some(a),
+        };
+        if q >= n {
+            return Some(a);
+        }
+        buf[*cnt % DENSE_BUF] = conv(x);
+        *cnt += 1;
+        w.last = q;
+        if !is_sep(ext[q]) {
+            // Ended by something else than a separator: the careful loop looks at it.
+            return Some(q);
+        }
+    }
+    w.advance(n).err()
 }
 
 /// Where the `k`-th (0-based) number of a value list starting at `p` begins (the list is known to be
@@ -649,4 +845,42 @@ pub fn sequence_samples(d: &StreamData, seq: usize) -> Vec<Vec<(usize, f64)>> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The separator masks (SIMD and portable) against a byte loop, on every byte value in every place
+    /// and on pseudo-random windows.
+    #[test]
+    fn separator_masks() {
+        let naive = |w: &[u8; WINDOW]| (0..WINDOW).fold(0u64, |m, i| m | (u64::from(is_sep(w[i])) << i));
+        let mut windows = Vec::new();
+        for b in 0..=255u8 {
+            for at in [0, 7, 8, 15, 16, 31, 32, 63] {
+                let mut w = [b'1'; WINDOW];
+                w[at] = b;
+                windows.push(w);
+                let mut w = [b' '; WINDOW];
+                w[at] = b;
+                windows.push(w);
+            }
+        }
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..2000 {
+            let mut w = [0u8; WINDOW];
+            for c in w.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *c = [b' ', b'\t', b'1', b'.', b'|', b'\n', 0x89, 0xa0, 0x20 | 0x80, 0x09 | 0x80][(x % 10) as usize];
+            }
+            windows.push(w);
+        }
+        for w in &windows {
+            assert_eq!(separators(w), naive(w), "{w:?}");
+            assert_eq!(separators_swar(w), naive(w), "{w:?}");
+        }
+    }
 }
