@@ -119,8 +119,8 @@ pub fn scan_file_owned(
         None
     };
     let threads = scan.threads.max(1);
-    // Each chunk with its bytes when the indexer has them: in one thread it keeps them for the parser
-    // (the file is read once); parser threads read their chunks themselves.
+    // Each chunk with its bytes when the indexer has them: it keeps them for the parsers, so that the
+    // file is read once.
     let for_each_desc = |f: &mut OnChunk<'_>, progress: &mut dyn FnMut(u64)| -> Result<IndexMode, Error> {
         match &cached {
             Some(idx) => {
@@ -131,7 +131,7 @@ pub fn scan_file_owned(
                 }
                 Ok(idx.mode)
             }
-            None => index_streaming_bytes(file, &cfg, 1, threads == 1, f, progress),
+            None => index_streaming_bytes(file, &cfg, 1, true, f, progress),
         }
     };
     let result = if threads == 1 {
@@ -152,27 +152,41 @@ pub fn scan_file_owned(
         )
     } else {
         let in_flight_max = 2 * threads;
-        let (job_tx, job_rx) = crossbeam_channel::bounded::<ChunkDesc>(in_flight_max);
+        // A job: a chunk, with a copy of its bytes when the indexer read them (a copy of bytes it just
+        // scanned, still in cache, costs less than the parser reading them from the page cache again);
+        // parsers of a mapped file borrow the map instead.
+        let (job_tx, job_rx) = crossbeam_channel::bounded::<(ChunkDesc, Option<Vec<u8>>)>(in_flight_max);
         let (res_tx, res_rx) = crossbeam_channel::unbounded::<(u32, Result<ParsedChunk, Error>)>();
         let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<ChunkData>();
+        let (buf_tx, buf_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
+        let path = file.path().display().to_string();
         std::thread::scope(|s| {
             for _ in 0..threads {
                 let job_rx = job_rx.clone();
                 let res_tx = res_tx.clone();
                 let spare_rx = spare_rx.clone();
-                let parser = &parser;
+                let buf_tx = buf_tx.clone();
+                let (parser, path) = (&parser, &path);
                 s.spawn(move || {
                     let mut buf = Vec::new();
-                    for desc in job_rx {
+                    for (desc, bytes) in job_rx {
                         let idx = desc.index;
                         let data = spare_rx.try_recv().unwrap_or_else(|_| ChunkData::new(schema));
-                        let r = parse_chunk(file, parser, desc, policy, &mut buf, data);
+                        let r = match bytes {
+                            Some(b) => {
+                                let p = parse_chunk_bytes(&b, path, parser, desc, policy, data);
+                                let _ = buf_tx.send(b);
+                                Ok(p)
+                            }
+                            None => parse_chunk(file, parser, desc, policy, &mut buf, data),
+                        };
                         if res_tx.send((idx, r)).is_err() {
                             break;
                         }
                     }
                 });
             }
+            drop(buf_tx);
             drop(res_tx);
             let mut pending: BTreeMap<u32, Result<ParsedChunk, Error>> = BTreeMap::new();
             let mut next = 0u32;
@@ -192,13 +206,22 @@ pub fn scan_file_owned(
                 Ok(())
             };
             let r = for_each_desc(
-                &mut |desc, _| {
+                &mut |desc, bytes| {
                     while in_flight >= in_flight_max {
                         let (i, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
                         pending.insert(i, r);
                         drain(&mut pending, &mut next, &mut in_flight, &mut summary)?;
                     }
-                    job_tx.send(desc).map_err(|_| Error::config("parser threads stopped"))?;
+                    let copy = match bytes {
+                        Some(b) if !file.is_mapped() => {
+                            let mut v = buf_rx.try_recv().unwrap_or_default();
+                            v.clear();
+                            v.extend_from_slice(b);
+                            Some(v)
+                        }
+                        _ => None,
+                    };
+                    job_tx.send((desc, copy)).map_err(|_| Error::config("parser threads stopped"))?;
                     in_flight += 1;
                     while let Ok((i, r)) = res_rx.try_recv() {
                         pending.insert(i, r);
