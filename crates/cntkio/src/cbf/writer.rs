@@ -2,7 +2,7 @@
 
 use super::sink::Sink;
 use cntkio_core::cbf::{check_chunk_fast, check_sequence, encode_header, encode_prefix, encode_record_to};
-use cntkio_core::cbf::{encode_trailer, record_len, sequence_len_bytes, ChunkEntry, StreamHeader};
+use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
 use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -426,8 +426,11 @@ impl CbfWriter {
                 EmptyStreams::Drop => Ok(Accept::Drop),
             };
         }
-        let bytes = if valid { sequence_len_bytes(data, s) } else { check_sequence(data, s) }
-            .map_err(|e| e.with_sequence(key))?;
+        let bytes = if valid {
+            4 + data.streams.iter().map(|d| valid_record_len(d, s)).sum::<u64>()
+        } else {
+            check_sequence(data, s).map_err(|e| e.with_sequence(key))?
+        };
         let meta = match self.options.meta_counts {
             MetaCounts::Declared => data.num_samples[s],
             MetaCounts::MaxOverStreams => {
@@ -486,7 +489,7 @@ impl CbfWriter {
             for (slot, r) in &self.pieces {
                 let d = &self.held[*slot].streams[i];
                 for s in r.clone() {
-                    let len = usize::try_from(record_len(d, s)?)
+                    let len = usize::try_from(valid_record_len(d, s))
                         .map_err(|_| Error::config("a record too large for memory"))?;
                     sink.put_with(len, |dst| encode_record_to(d, s, dst)).map_err(io)??;
                 }
@@ -531,6 +534,22 @@ impl CbfWriter {
         crate::output::persist(tmp, &self.path)?;
         self.summary.bytes = len;
         Ok(self.summary)
+    }
+}
+
+/// [`record_len`](cntkio_core::cbf::record_len) of sequence `s` of a stream whose data passed
+/// [`check_chunk_fast`] or, for this sequence, [`check_sequence`] (so the offsets read exist and the
+/// products fit): the arithmetic without the checks, which the writer would otherwise repeat for every
+/// record it sizes and encodes.
+#[inline]
+fn valid_record_len(d: &StreamData, s: usize) -> u64 {
+    let (a, b) = (d.sequence_offsets[s], d.sequence_offsets[s + 1]);
+    let es = d.values.element_type().size_bytes() as u64;
+    match &d.layout {
+        Layout::Dense => 4 + (b - a) * d.dim as u64 * es,
+        Layout::Sparse { sample_offsets, .. } => {
+            8 + (sample_offsets[b as usize] - sample_offsets[a as usize]) * (es + 4) + 4 * (b - a)
+        }
     }
 }
 
