@@ -2,7 +2,7 @@
 //! CBF → CTF. Outputs are written to a temporary file in the target folder and renamed when complete.
 
 use crate::cbf::{CbfFile, CbfOptions, CbfWriter, CbfWriterOptions};
-use crate::ctf::{scan_file, ScanOptions};
+use crate::ctf::{scan_file_owned, ScanOptions};
 use crate::input::{Access, InputFile};
 use crate::{CtfOptions, Error, Schema};
 use cntkio_core::ctf::write::CtfWriter;
@@ -56,7 +56,7 @@ pub struct ConvertSummary {
 
 /// The CTF chunk size used while converting: the CBF writer regroups sequences by its own chunk size, so
 /// reading in smaller pieces only bounds the memory in flight. It never changes the data.
-const CONVERT_READ_CHUNK: u64 = 4 << 20;
+const CONVERT_READ_CHUNK: u64 = 2 << 20;
 
 /// How a CTF → CBF conversion reads and writes.
 #[derive(Debug, Clone)]
@@ -86,16 +86,18 @@ pub fn ctf_to_cbf(
     let mut w = CbfWriter::with_options(output, schema, how.writer)?;
     let read_opts = CtfOptions { chunk_size: how.ctf.chunk_size.min(CONVERT_READ_CHUNK), ..how.ctf.clone() };
     let mut summary = ConvertSummary::default();
-    scan_file(
+    // Parsed chunks are handed to the writer, which keeps them until their CBF chunk is written and
+    // gives back the ones it is done with for the parsers to refill.
+    scan_file_owned(
         &file,
         schema,
         &read_opts,
         &how.scan,
         |p| {
-            w.write(&p.data)?;
             summary.tolerated_errors += p.num_errors;
             summary.dropped_sequences += p.num_dropped;
-            Ok(ControlFlow::Continue(()))
+            w.write_owned(p.data)?;
+            Ok((ControlFlow::Continue(()), w.take_spare()))
         },
         progress,
     )?;

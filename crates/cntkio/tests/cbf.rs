@@ -372,15 +372,93 @@ fn empty_streams_are_refused_or_dropped() {
     drop(w);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the temporary file must be gone");
 
+    let mut w = CbfWriter::create(&out, &schema, 1 << 20).unwrap();
+    let e = w.write_owned(d.clone()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::EmptyStream { sequence: 1, .. }), "{e:?}");
+    assert_eq!(w.sequences_written(), 1);
+    drop(w);
+
     let mut opts = CbfWriterOptions::new(1 << 20);
     opts.empty_streams = EmptyStreams::Drop;
-    let mut w = CbfWriter::with_options(&out, &schema, opts).unwrap();
-    w.write(&d).unwrap();
-    let sum = w.finish().unwrap();
-    assert_eq!((sum.sequences, sum.dropped_sequences), (2, 1));
-    let got = CbfFile::open(&out).unwrap().read_chunk(0).unwrap();
-    assert_eq!(got.streams[0].values, Values::F32(vec![1.0, 2.0, 5.0, 6.0]));
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    for owned in [false, true] {
+        let mut w = CbfWriter::with_options(&out, &schema, opts).unwrap();
+        if owned {
+            w.write_owned(d.clone()).unwrap();
+        } else {
+            w.write(&d).unwrap();
+        }
+        let sum = w.finish().unwrap();
+        assert_eq!((sum.sequences, sum.dropped_sequences), (2, 1));
+        let got = CbfFile::open(&out).unwrap().read_chunk(0).unwrap();
+        assert_eq!(got.streams[0].values, Values::F32(vec![1.0, 2.0, 5.0, 6.0]));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
+
+/// Data that cannot be encoded (a sparse index out of range) in the middle of a write: the sequences
+/// before it are written, the error names it, and the writer goes on — through `write` and
+/// `write_owned` alike, in one chunk or several.
+#[test]
+fn bad_data_midway_keeps_what_came_before() {
+    let schema = two_stream_schema();
+    let text = b"0 |a 1 2 |b 1:1\n1 |a 3 4 |b 2:2\n2 |a 5 6 |b 3:3\n3 |a 7 8 |b 4:4\n";
+    let good = parse_bytes(text, &schema, false, &mut FailFast).unwrap();
+    let mut bad = good.clone();
+    if let Layout::Sparse { indices, .. } = &mut bad.streams[1].layout {
+        indices[2] = 9; // sequence 2
+    }
+    let more = parse_bytes(b"7 |a 9 10 |b 0:5\n", &schema, false, &mut FailFast).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for chunk_size in [1 << 20, 30] {
+        let mut files = Vec::new();
+        for owned in [false, true] {
+            let out = dir.path().join(format!("bad{owned}.bin"));
+            let mut w = CbfWriter::create(&out, &schema, chunk_size).unwrap();
+            let e = if owned { w.write_owned(bad.clone()) } else { w.write(&bad) }.unwrap_err();
+            assert_eq!(e.position().sequence_id, Some(2), "{e:?}");
+            assert!(e.to_string().contains("sparse index 9"), "{e}");
+            assert_eq!(w.sequences_written(), 2);
+            w.write(&more).unwrap();
+            let sum = w.finish().unwrap();
+            assert_eq!(sum.sequences, 3);
+            let all = read_all(&CbfFile::open(&out).unwrap());
+            assert_eq!(all.streams[0].values, Values::F32(vec![1.0, 2.0, 3.0, 4.0, 9.0, 10.0]));
+            files.push(std::fs::read(&out).unwrap());
+        }
+        assert!(files[0] == files[1]);
+    }
+}
+
+/// A file of several MB (several of the writer's staging buffers, records straddling them, some larger
+/// than a buffer) is byte for byte what the in-memory encoder makes.
+#[test]
+fn large_files_match_the_in_memory_encoder() {
+    let schema = Schema::new(vec![
+        spec("x", "x", StorageFormat::Dense, 100, ElementType::F32),
+        spec("y", "y", StorageFormat::Sparse, 1000, ElementType::F64),
+    ])
+    .unwrap();
+    let mut text = String::new();
+    for i in 0..12_000u32 {
+        let rows = if i % 1000 == 7 { 7000 } else { 1 };
+        for r in 0..rows {
+            let x: Vec<String> = (0..100).map(|k| format!("{}", (i * 31 + k + r) % 97)).collect();
+            text += &format!("{i} |x {} |y {}:{}.5\n", x.join(" "), (i + r) % 1000, i % 13);
+        }
+    }
+    let data = parse_bytes(text.as_bytes(), &schema, false, &mut FailFast).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.bin");
+    let mut w = CbfWriter::create(&out, &schema, 1 << 40).unwrap();
+    let (a, b) = split(&data, 5000);
+    w.write_owned(a).unwrap();
+    w.write(&b).unwrap();
+    w.finish().unwrap();
+    let expect = cbf::encode_file(&cbf::StreamHeader::from_schema(&schema), std::slice::from_ref(&data)).unwrap();
+    let got = std::fs::read(&out).unwrap();
+    assert!(expect.len() > 8 << 20, "{}", expect.len());
+    assert_eq!(got.len(), expect.len());
+    assert!(got == expect);
 }
 
 #[test]
@@ -583,6 +661,44 @@ proptest! {
         let file = cbf::encode_file(&cbf::StreamHeader::from_schema(&schema), std::slice::from_ref(&data)).unwrap();
         let (_, chunks) = cbf::decode_file(&file, &Limits::default()).unwrap();
         prop_assert!(same_bits(&chunks[0], &data));
+    }
+
+    /// `write` (copies), `write_owned` (kept, given back with `take_spare`) and `write_sequence` make the
+    /// same file, whatever the chunking and however the data are cut.
+    #[test]
+    fn owned_borrowed_and_single_sequence_writes_agree(
+        (schema, data) in chunk_data(false), chunk_size in 1u64..400, ctf2bin: bool, cut in 0usize..40,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = CbfWriterOptions::new(chunk_size);
+        if ctf2bin { o.chunking = Chunking::Ctf2binCompatible; }
+        let n = data.num_sequences();
+        let a = dir.path().join("a.bin");
+        let mut w = CbfWriter::with_options(&a, &schema, o).unwrap();
+        w.write(&data).unwrap();
+        let sa = w.finish().unwrap();
+        let b = dir.path().join("b.bin");
+        let mut w = CbfWriter::with_options(&b, &schema, o).unwrap();
+        let (first, second) = split(&data, cut.min(n));
+        w.write_owned(first).unwrap();
+        let spare = w.take_spare();
+        w.write_owned(second).unwrap();
+        while let Some(d) = w.take_spare() {
+            prop_assert_eq!(d.num_sequences(), 0);
+        }
+        drop(spare);
+        let sb = w.finish().unwrap();
+        let c = dir.path().join("c.bin");
+        let mut w = CbfWriter::with_options(&c, &schema, o).unwrap();
+        for s in 0..n {
+            w.write_sequence(&data, s).unwrap();
+        }
+        let sc = w.finish().unwrap();
+        let (fa, fb, fc) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), std::fs::read(&c).unwrap());
+        prop_assert!(fa == fb && fa == fc);
+        prop_assert_eq!(sa, sb);
+        prop_assert_eq!(sa, sc);
+        prop_assert_eq!(sa.bytes, fa.len() as u64);
     }
 
     #[test]

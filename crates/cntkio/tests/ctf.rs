@@ -154,3 +154,52 @@ fn a_consumer_can_stop_a_scan_early() {
         assert_eq!((seen, s.chunks), (3, 3));
     }
 }
+
+/// Files larger than the indexer's 4 MiB scan window, with chunks that span windows and one row longer
+/// than a window: one thread (the indexer keeps each chunk's bytes for the parser), two threads (parsers
+/// read their chunks), read or mapped, all deliver the same chunks.
+#[test]
+fn scans_across_scan_windows_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("big.ctf");
+    let mut s = String::new();
+    for i in 0..120_000 {
+        s += &format!("{i} |a {i} -{i}.5 |b {}:1\n{i} |a 1 2\n", i % 10);
+        if i == 70_000 {
+            // A 5 MB row.
+            s += &format!("{i} |a 5 6 |b {}\n", "3:1 ".repeat(5 << 18));
+        }
+    }
+    std::fs::write(&p, &s).unwrap();
+    assert!(s.len() > 9 << 20);
+    for chunk_size in [64 << 10, 3 << 20, 32 << 20] {
+        let opts = CtfOptions { chunk_size, ..CtfOptions::default() };
+        let mut outs = Vec::new();
+        for access in [Access::Read, Access::Mmap] {
+            for threads in [1, 2] {
+                let f = InputFile::open(&p, access).unwrap();
+                let mut got = Vec::new();
+                scan_file(
+                    &f,
+                    &schema(),
+                    &opts,
+                    &ScanOptions { threads, ..ScanOptions::default() },
+                    |c| {
+                        assert!(c.fatal.is_none() && c.errors.is_empty(), "{:?}", c.fatal);
+                        got.push((c.desc.clone(), c.data.clone()));
+                        Ok(ControlFlow::Continue(()))
+                    },
+                    &mut |_| {},
+                )
+                .unwrap();
+                outs.push(got);
+            }
+        }
+        assert!(outs[0].len() > 1 || chunk_size > 9 << 20);
+        let n: usize = outs[0].iter().map(|(_, d)| d.num_sequences()).sum();
+        assert_eq!(n, 120_000);
+        for o in &outs[1..] {
+            assert!(o == &outs[0], "chunk size {chunk_size}");
+        }
+    }
+}

@@ -250,7 +250,7 @@ impl<'a> Dec<'a> {
             return Err(Error::config("internal: sparse stream decoded into a dense layout"));
         };
         let idx_start = indices.len();
-        indices.extend(raw_idx.chunks_exact(4).map(|c| le_u32(c) as i32));
+        extend_le(indices, raw_idx, |c: &[u8; 4]| i32::from_le_bytes(*c));
         let dim = sh.dim;
         // One vectorizable pass; the exact culprit is looked up only on failure.
         if indices[idx_start..].iter().any(|&i| i < 0 || i as u32 >= dim) {
@@ -305,11 +305,21 @@ impl<'a> Dec<'a> {
 #[inline]
 fn extend_values(v: &mut Values, raw: &[u8]) {
     match v {
-        Values::F32(v) => {
-            v.extend(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
-        }
-        Values::F64(v) => {
-            v.extend(raw.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])));
+        Values::F32(v) => extend_le(v, raw, |c: &[u8; 4]| f32::from_le_bytes(*c)),
+        Values::F64(v) => extend_le(v, raw, |c: &[u8; 8]| f64::from_le_bytes(*c)),
+    }
+}
+
+/// Appends `raw` read as little-endian `T`s (`raw.len()` a multiple of `size_of::<T>()`): the vector
+/// grows once (a small zero-fill, in cache) and a fixed-width loop the compiler turns into a copy fills
+/// it (a generic `extend` over `chunks_exact` stays one element per iteration).
+#[inline]
+fn extend_le<T: Copy + Default, const N: usize>(v: &mut Vec<T>, raw: &[u8], conv: impl Fn(&[u8; N]) -> T) {
+    let start = v.len();
+    v.resize(start + raw.len() / N, T::default());
+    for (d, c) in v[start..].iter_mut().zip(raw.chunks_exact(N)) {
+        if let Ok(c) = <&[u8; N]>::try_from(c) {
+            *d = conv(c);
         }
     }
 }

@@ -134,43 +134,145 @@ pub fn sequence_len_bytes(data: &ChunkData, s: usize) -> Result<u64, Error> {
 /// Fails (writing nothing) if the data are inconsistent, a count does not fit its field, or a sparse
 /// index lies outside `[0, dim)`.
 pub fn encode_record(d: &StreamData, s: usize, out: &mut Vec<u8>) -> Result<(), Error> {
+    let len = usize::try_from(record_len(d, s)?).map_err(|_| bad(s, "record too large for memory"))?;
+    let start = out.len();
+    out.resize(start + len, 0);
+    match encode_record_to(d, s, &mut out[start..]) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            out.truncate(start);
+            Err(e)
+        }
+    }
+}
+
+/// Writes sequence `s`'s record of a stream into `dst`, which must be exactly [`record_len`] bytes
+/// long: the same bytes as [`encode_record`], checked the same way. On error `dst`'s contents are
+/// unspecified.
+pub fn encode_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Result<(), Error> {
     let sp = span(d, s)?;
+    let es = d.values.element_type().size_bytes();
+    let nv = sp.e1 - sp.e0;
     match &d.layout {
         Layout::Dense => {
-            out.extend_from_slice(&sp.n.to_le_bytes());
-            put_values(out, &d.values, sp.e0..sp.e1);
+            if dst.len() != 4 + nv * es {
+                return Err(bad(s, format!("a dense record of {} bytes given {} bytes", 4 + nv * es, dst.len())));
+            }
+            let (head, rest) = dst.split_at_mut(4);
+            head.copy_from_slice(&sp.n.to_le_bytes());
+            write_values(rest, &d.values, sp.e0..sp.e1);
         }
         Layout::Sparse { indices, sample_offsets } => {
+            let n = sp.n as usize;
+            let len = 8 + nv * (es + 4) + 4 * n;
+            if dst.len() != len {
+                return Err(bad(s, format!("a sparse record of {len} bytes given {} bytes", dst.len())));
+            }
+            let (head, rest) = dst.split_at_mut(8);
+            head[..4].copy_from_slice(&sp.n.to_le_bytes());
+            head[4..].copy_from_slice(&(nv as u32).to_le_bytes());
+            let (vals, rest) = rest.split_at_mut(nv * es);
+            let (idx_out, counts) = rest.split_at_mut(nv * 4);
+            write_values(vals, &d.values, sp.e0..sp.e1);
+            // Copy and check in one pass; the culprit is looked up only on failure.
             let idx = &indices[sp.e0..sp.e1];
             let dim = d.dim;
-            if idx.iter().any(|&x| x < 0 || x as usize >= dim) {
+            let mut out_of_range = false;
+            for (o, &x) in idx_out.chunks_exact_mut(4).zip(idx) {
+                out_of_range |= x < 0 || x as usize >= dim;
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+            if out_of_range {
                 let bad_idx = idx.iter().copied().find(|&x| x < 0 || x as usize >= dim).unwrap_or(0);
                 return Err(bad(s, format!("sparse index {bad_idx} is outside [0, {dim})")));
             }
-            let (a, b) = seq_range(d, s)?;
-            let rec_start = out.len();
-            out.extend_from_slice(&sp.n.to_le_bytes());
-            out.extend_from_slice(&((sp.e1 - sp.e0) as u32).to_le_bytes());
-            put_values(out, &d.values, sp.e0..sp.e1);
-            put_i32s(out, idx);
-            // span() checked both ends; the per-sample offsets between them are monotone because the
-            // ends are and every window is checked here.
-            let offs = &sample_offsets[a as usize..=b as usize];
-            let start = out.len();
-            out.resize(start + 4 * (offs.len() - 1), 0);
-            for (dst, w) in out[start..].chunks_exact_mut(4).zip(offs.windows(2)) {
-                let c = w[1].checked_sub(w[0]).filter(|&c| c <= i32::MAX as u64);
-                match c {
-                    Some(c) => dst.copy_from_slice(&(c as u32).to_le_bytes()),
-                    None => {
-                        out.truncate(rec_start);
-                        return Err(bad(s, "sample offsets decrease"));
-                    }
-                }
+            // span() checked both ends; the per-sample offsets between them are checked here.
+            let (a, _) = seq_range(d, s)?;
+            let offs = &sample_offsets[a as usize..=a as usize + n];
+            let mut ok = true;
+            for (o, w) in counts.chunks_exact_mut(4).zip(offs.windows(2)) {
+                let c = w[1].wrapping_sub(w[0]);
+                ok &= w[1] >= w[0] && c <= i32::MAX as u64;
+                o.copy_from_slice(&(c as u32).to_le_bytes());
+            }
+            if !ok {
+                return Err(bad(s, "sample offsets decrease"));
             }
         }
     }
     Ok(())
+}
+
+/// Checks that sequence `s` of every stream can be encoded (what [`encode_record`] checks, without
+/// writing anything) and returns its size in a chunk, as [`sequence_len_bytes`].
+pub fn check_sequence(data: &ChunkData, s: usize) -> Result<u64, Error> {
+    let mut total = 4u64;
+    for d in &data.streams {
+        total += record_len(d, s)?;
+        if let Layout::Sparse { indices, sample_offsets } = &d.layout {
+            let sp = span(d, s)?;
+            let dim = d.dim;
+            if let Some(&x) = indices[sp.e0..sp.e1].iter().find(|&&x| x < 0 || x as usize >= dim) {
+                return Err(bad(s, format!("sparse index {x} is outside [0, {dim})")));
+            }
+            let (a, b) = seq_range(d, s)?;
+            if sample_offsets[a as usize..=b as usize].windows(2).any(|w| w[1] < w[0] || w[1] - w[0] > i32::MAX as u64)
+            {
+                return Err(bad(s, "sample offsets decrease"));
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Checks every sequence of `data` at once (one vectorizable pass per array, for the common case of
+/// valid data): `true` when each sequence passes [`check_sequence`]. `false` means some sequence may
+/// not; the caller then checks them one by one.
+pub fn check_chunk_fast(data: &ChunkData) -> bool {
+    let n = data.num_samples.len();
+    if data.keys.len() != n {
+        return false;
+    }
+    for d in &data.streams {
+        if d.sequence_offsets.len() != n + 1 || d.sequence_offsets.first() != Some(&0) {
+            return false;
+        }
+        if d.sequence_offsets.windows(2).any(|w| w[1] < w[0] || w[1] - w[0] > u64::from(u32::MAX)) {
+            return false;
+        }
+        let samples = d.num_samples();
+        match &d.layout {
+            Layout::Dense => {
+                let need = usize::try_from(samples).ok().and_then(|x| x.checked_mul(d.dim));
+                match need {
+                    Some(need) if need <= d.values.len() => {}
+                    _ => return false,
+                }
+            }
+            Layout::Sparse { indices, sample_offsets } => {
+                let Some(offs) = usize::try_from(samples).ok().and_then(|k| sample_offsets.get(..=k)) else {
+                    return false;
+                };
+                let entries = offs.last().copied().unwrap_or(0);
+                if offs.first() != Some(&0)
+                    || entries > d.values.len().min(indices.len()) as u64
+                    || offs.windows(2).any(|w| w[1] < w[0] || w[1] - w[0] > i32::MAX as u64)
+                {
+                    return false;
+                }
+                let dim = d.dim;
+                let used = &indices[..entries as usize];
+                if used.iter().fold(false, |acc, &x| acc | (x < 0) | (x as usize >= dim)) {
+                    return false;
+                }
+                // Each sequence's NNZ must fit 31 bits.
+                if d.sequence_offsets.windows(2).any(|w| offs[w[1] as usize] - offs[w[0] as usize] > i32::MAX as u64) {
+                    return false;
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Appends a whole chunk: the meta counts (`data.num_samples`, one per sequence) then, stream after
@@ -237,36 +339,21 @@ pub fn encode_file(streams: &[StreamHeader], chunks: &[ChunkData]) -> Result<Vec
     Ok(out)
 }
 
-/// Appends `v[range]` little-endian: one resize, then a loop the compiler turns into a copy on
-/// little-endian targets.
+/// Writes `v[range]` little-endian into `dst` (exactly as long): a loop the compiler turns into a copy
+/// on little-endian targets.
 #[inline]
-fn put_values(out: &mut Vec<u8>, v: &Values, range: std::ops::Range<usize>) {
+fn write_values(dst: &mut [u8], v: &Values, range: std::ops::Range<usize>) {
     match v {
         Values::F32(v) => {
-            let v = &v[range];
-            let start = out.len();
-            out.resize(start + 4 * v.len(), 0);
-            for (dst, x) in out[start..].chunks_exact_mut(4).zip(v) {
-                dst.copy_from_slice(&x.to_le_bytes());
+            for (d, x) in dst.chunks_exact_mut(4).zip(&v[range]) {
+                d.copy_from_slice(&x.to_le_bytes());
             }
         }
         Values::F64(v) => {
-            let v = &v[range];
-            let start = out.len();
-            out.resize(start + 8 * v.len(), 0);
-            for (dst, x) in out[start..].chunks_exact_mut(8).zip(v) {
-                dst.copy_from_slice(&x.to_le_bytes());
+            for (d, x) in dst.chunks_exact_mut(8).zip(&v[range]) {
+                d.copy_from_slice(&x.to_le_bytes());
             }
         }
-    }
-}
-
-#[inline]
-fn put_i32s(out: &mut Vec<u8>, v: &[i32]) {
-    let start = out.len();
-    out.resize(start + 4 * v.len(), 0);
-    for (dst, x) in out[start..].chunks_exact_mut(4).zip(v) {
-        dst.copy_from_slice(&x.to_le_bytes());
     }
 }
 

@@ -23,6 +23,7 @@
 //! assert_eq!(f.read_chunk(0).unwrap().streams, data.streams);
 //! ```
 
+mod sink;
 mod writer;
 
 pub use cntkio_core::cbf::{ChunkEntry, DecodeSummary, Header, Limits, StreamHeader};
@@ -277,7 +278,9 @@ impl CbfFile {
         let r = dec.byte_range();
         let res = match &self.map {
             Some(m) => {
-                crate::mmap::prefault(m, r.start as usize, (r.end - r.start) as usize);
+                // No prefault here: the decoder reads the bytes once, in order, and faults (with the
+                // kernel's fault-around) cost no more than populating; on later passes the pages are
+                // mapped and populating them again was a measurable loss.
                 let bytes = m.get(r.start as usize..r.end as usize).ok_or_else(|| {
                     Error::config(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
                 })?;

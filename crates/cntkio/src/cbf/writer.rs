@@ -1,9 +1,10 @@
 //! [`CbfWriter`]: sequences in, a CBF file out.
 
-use cntkio_core::cbf::{encode_header, encode_prefix, encode_record, encode_trailer, sequence_len_bytes};
-use cntkio_core::cbf::{ChunkEntry, StreamHeader};
-use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema};
-use std::io::{BufWriter, Write};
+use super::sink::Sink;
+use cntkio_core::cbf::{check_chunk_fast, check_sequence, encode_header, encode_prefix, encode_record_to};
+use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
+use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// How sequences are grouped into chunks.
@@ -120,6 +121,13 @@ pub struct CbfSummary {
 /// such a sequence with [`cntkio_core::ErrorKind::EmptyStream`], or drops it when
 /// [`EmptyStreams::Drop`] is set (counted in [`CbfSummary::dropped_sequences`]).
 ///
+/// **Memory and I/O**: the writer keeps the data of the current chunk's sequences (the [`ChunkData`]
+/// given to [`CbfWriter::write_owned`], or a copy of what [`CbfWriter::write`] is given) and encodes
+/// them when the chunk is complete, straight into a few page-aligned buffers that a background thread
+/// writes to the file (with direct I/O on Linux, bypassing the page cache, unless the file system
+/// refuses it or `CNTKIO_DIRECT_IO=0` is set). Data no longer needed can be taken back for reuse with
+/// [`CbfWriter::take_spare`].
+///
 /// **Atomicity**: everything is written to a temporary file in the target's directory, which is synced
 /// and renamed over the target by [`CbfWriter::finish`]. Dropping the writer without `finish` deletes
 /// the temporary file and leaves the target untouched; an existing target is never truncated (a
@@ -127,20 +135,34 @@ pub struct CbfSummary {
 #[derive(Debug)]
 pub struct CbfWriter {
     path: PathBuf,
-    out: Option<BufWriter<tempfile::NamedTempFile>>,
+    tmp: Option<tempfile::NamedTempFile>,
+    sink: Option<Sink>,
     options: CbfWriterOptions,
     streams: Vec<StreamHeader>,
     /// Offset where the next chunk starts.
     pos: u64,
     table: Vec<ChunkEntry>,
+    /// Meta counts of the current chunk's sequences.
     meta: Vec<u32>,
-    records: Vec<Vec<u8>>,
+    /// The data the current chunk's sequences come from (the last one may have later sequences too).
+    held: Vec<ChunkData>,
+    /// The current chunk's sequences, in order: `(index in held, sequence range)`.
+    pieces: Vec<(usize, Range<usize>)>,
+    /// Data the writer is done with, for [`CbfWriter::take_spare`] and copies.
+    spare: Vec<ChunkData>,
     pending_bytes: u64,
     pending_samples: u64,
     /// ctf2bin's never-reset estimate.
     estimate: u64,
     summary: CbfSummary,
+    /// A chunk failed halfway: the file is unusable.
+    broken: bool,
 }
+
+/// Spare data kept at most. Data circulate (a caller refilling them takes one back per write), so
+/// the writer keeps what a chunk held rather than freeing memory that is allocated again right after
+/// (fresh pages are expensive); the count is bounded by what one chunk holds anyway.
+const MAX_SPARE: usize = 64;
 
 impl CbfWriter {
     /// A writer with default options and this chunk size in bytes.
@@ -154,7 +176,11 @@ impl CbfWriter {
         schema: &Schema,
         options: CbfWriterOptions,
     ) -> Result<CbfWriter, Error> {
-        let path = path.as_ref().to_path_buf();
+        CbfWriter::with_io(path.as_ref(), schema, options, true)
+    }
+
+    fn with_io(path: &Path, schema: &Schema, options: CbfWriterOptions, direct: bool) -> Result<CbfWriter, Error> {
+        let path = path.to_path_buf();
         let streams = schema.streams().iter().map(StreamHeader::from_spec).collect::<Result<Vec<_>, Error>>()?;
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -166,23 +192,27 @@ impl CbfWriter {
             .suffix(".tmp")
             .tempfile_in(&dir)
             .map_err(|e| Error::io(format!("create a temporary file in {}", dir.display()), e))?;
-        let mut out = BufWriter::with_capacity(1 << 20, tmp);
+        let mut sink = Sink::new(tmp.as_file(), tmp.path(), direct).map_err(|e| Error::io("open the output", e))?;
         let mut prefix = Vec::with_capacity(12);
         encode_prefix(&mut prefix);
-        out.write_all(&prefix).map_err(|e| Error::io("write", e))?;
+        sink.put(&prefix).map_err(|e| Error::io("write", e))?;
         Ok(CbfWriter {
-            records: vec![Vec::new(); streams.len()],
             path,
-            out: Some(out),
+            tmp: Some(tmp),
+            sink: Some(sink),
             options,
             streams,
             pos: prefix.len() as u64,
             table: Vec::new(),
             meta: Vec::new(),
+            held: Vec::new(),
+            pieces: Vec::new(),
+            spare: Vec::new(),
             pending_bytes: 0,
             pending_samples: 0,
             estimate: 0,
             summary: CbfSummary::default(),
+            broken: false,
         })
     }
 
@@ -193,25 +223,79 @@ impl CbfWriter {
 
     /// Appends every sequence of `data` (keys are not stored: CBF keys are positions). The data must
     /// match the schema (stream count, storage, dim, element type). On error the sequences before the
-    /// failing one are kept and the writer can go on.
+    /// failing one are kept and the writer can go on. The data are copied (see
+    /// [`CbfWriter::write_owned`] to hand them over instead).
     pub fn write(&mut self, data: &ChunkData) -> Result<(), Error> {
         self.check(data)?;
-        for s in 0..data.num_sequences() {
-            self.push(data, s)?;
+        let n = data.num_sequences();
+        // The sequences up to the first that cannot be encoded are copied and written (a sequence with
+        // an empty stream is left to the empty-stream rule, as it is never encoded); that one's error
+        // comes after them.
+        let (ok, err) = if check_chunk_fast(data) {
+            (n, None)
+        } else {
+            let fails = |s: usize| match stream_lens(data, s) {
+                Err(e) => Some(e),
+                Ok(_) if has_empty(data, s) => None,
+                Ok(_) => check_sequence(data, s).err(),
+            };
+            match (0..n).find_map(|s| fails(s).map(|e| (s, e))) {
+                Some((s, e)) => (s, Some(e.with_sequence(data.keys[s]))),
+                None => (n, None),
+            }
+        };
+        let mut copy = self.spare_data();
+        copy_sequences(data, 0..ok, &mut copy)?;
+        self.push_owned(copy, true)?;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Appends sequence `s` of `data`.
+    /// Appends every sequence of `data`, which the writer keeps until their chunk is written (no copy).
+    /// Same rules and errors as [`CbfWriter::write`]. [`CbfWriter::take_spare`] gives back data the
+    /// writer is done with, to be refilled.
+    pub fn write_owned(&mut self, data: ChunkData) -> Result<(), Error> {
+        self.check(&data)?;
+        let fast = check_chunk_fast(&data);
+        self.push_owned(data, fast)
+    }
+
+    /// Appends sequence `s` of `data` (copied).
     pub fn write_sequence(&mut self, data: &ChunkData, s: usize) -> Result<(), Error> {
         self.check(data)?;
         if s >= data.num_sequences() {
             return Err(Error::config(format!("sequence {s} does not exist; the data have {}", data.num_sequences())));
         }
-        self.push(data, s)
+        check_sequence(data, s).map_err(|e| e.with_sequence(data.keys[s]))?;
+        let mut copy = self.spare_data();
+        copy_sequences(data, s..s + 1, &mut copy)?;
+        self.push_owned(copy, true)
+    }
+
+    /// Data the writer no longer needs (written, or refused), cleared, whose allocations can be reused
+    /// (e.g. by a parser); `None` if there is none.
+    pub fn take_spare(&mut self) -> Option<ChunkData> {
+        let mut d = self.spare.pop()?;
+        d.clear();
+        Some(d)
+    }
+
+    fn spare_data(&mut self) -> ChunkData {
+        self.take_spare().unwrap_or(ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() })
+    }
+
+    fn recycle(&mut self, d: ChunkData) {
+        if self.spare.len() < MAX_SPARE {
+            self.spare.push(d);
+        }
     }
 
     fn check(&self, data: &ChunkData) -> Result<(), Error> {
+        if self.broken {
+            return Err(Error::config("the writer failed earlier; its output is incomplete"));
+        }
         if data.streams.len() != self.streams.len() {
             return Err(Error::config(format!(
                 "the data have {} streams, the schema {}",
@@ -244,79 +328,128 @@ impl CbfWriter {
         Ok(())
     }
 
-    fn push(&mut self, data: &ChunkData, s: usize) -> Result<(), Error> {
+    /// Takes `data` (checked against the schema; `valid`: every sequence passed
+    /// [`check_chunk_fast`]) and appends its sequences, closing chunks as they fill.
+    fn push_owned(&mut self, data: ChunkData, valid: bool) -> Result<(), Error> {
+        let n = data.num_sequences();
+        if n == 0 {
+            self.recycle(data);
+            return Ok(());
+        }
+        self.held.push(data);
+        let mut start = 0; // first sequence of the run not yet in `pieces`
+        let mut result = Ok(());
+        for s in 0..n {
+            let slot = self.held.len() - 1;
+            match self.accept(slot, s, valid) {
+                Ok(Accept::Take { meta, bytes }) => {
+                    let full = !self.meta.is_empty()
+                        && (self.meta.len() == u32::MAX as usize
+                            || self.pending_samples + u64::from(meta) > u64::from(u32::MAX));
+                    let over = self.options.chunking == Chunking::Exact
+                        && !self.meta.is_empty()
+                        && self.pending_bytes + bytes > self.options.chunk_size;
+                    if full || over {
+                        self.close_run(slot, start..s);
+                        start = s;
+                        if let Err(e) = self.flush_chunk(true) {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                    let slot = self.held.len() - 1;
+                    self.meta.push(meta);
+                    self.pending_bytes += bytes;
+                    self.pending_samples += u64::from(meta);
+                    if self.options.chunking == Chunking::Ctf2binCompatible {
+                        self.estimate += ctf2bin_estimate(&self.held[slot], s);
+                        if self.estimate >= self.options.chunk_size {
+                            self.close_run(slot, start..s + 1);
+                            start = s + 1;
+                            if let Err(e) = self.flush_chunk(true) {
+                                result = Err(e);
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(Accept::Drop) => {
+                    self.close_run(slot, start..s);
+                    start = s + 1;
+                    self.summary.dropped_sequences += 1;
+                }
+                Err(e) => {
+                    self.close_run(slot, start..s);
+                    start = n;
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let slot = self.held.len() - 1;
+        if start < n && result.is_ok() {
+            self.close_run(slot, start..n);
+        }
+        // Data none of whose sequences wait in the chunk are not needed any more.
+        if !matches!(self.pieces.last(), Some(p) if p.0 == slot) {
+            if let Some(d) = self.held.pop() {
+                self.recycle(d);
+            }
+        }
+        result
+    }
+
+    /// Adds sequences `r` of `held[slot]` to the current chunk's pieces.
+    fn close_run(&mut self, slot: usize, r: Range<usize>) {
+        if r.is_empty() {
+            return;
+        }
+        match self.pieces.last_mut() {
+            Some((k, last)) if *k == slot && last.end == r.start => last.end = r.end,
+            _ => self.pieces.push((slot, r)),
+        }
+    }
+
+    /// Decides about sequence `s` of `held[slot]`: its meta count and size, or drop it.
+    fn accept(&self, slot: usize, s: usize, valid: bool) -> Result<Accept, Error> {
+        let data = &self.held[slot];
         let key = data.keys[s];
-        let lens: Vec<u64> = data
-            .streams
-            .iter()
-            .map(|d| match (d.sequence_offsets.get(s), d.sequence_offsets.get(s + 1)) {
-                (Some(&a), Some(&b)) if a <= b => Ok(b - a),
-                _ => Err(Error::config(format!("sequence {s}: bad sequence offsets"))),
-            })
-            .collect::<Result<_, _>>()?;
-        let empty: Vec<String> =
-            lens.iter().zip(&self.streams).filter(|(&n, _)| n == 0).map(|(_, h)| h.name.clone()).collect();
-        if !empty.is_empty() {
+        stream_lens(data, s).map_err(|e| e.with_sequence(key))?;
+        let lens = || data.streams.iter().map(move |d| d.sequence_len(s));
+        if has_empty(data, s) {
             return match self.options.empty_streams {
                 EmptyStreams::Refuse => {
+                    let empty: Vec<String> =
+                        lens().zip(&self.streams).filter(|(n, _)| *n == 0).map(|(_, h)| h.name.clone()).collect();
                     Err(Error::new(ErrorKind::EmptyStream { sequence: key, streams: empty }).with_sequence(key))
                 }
-                EmptyStreams::Drop => {
-                    self.summary.dropped_sequences += 1;
-                    Ok(())
-                }
+                EmptyStreams::Drop => Ok(Accept::Drop),
             };
         }
+        let bytes = if valid {
+            4 + data.streams.iter().map(|d| valid_record_len(d, s)).sum::<u64>()
+        } else {
+            check_sequence(data, s).map_err(|e| e.with_sequence(key))?
+        };
         let meta = match self.options.meta_counts {
             MetaCounts::Declared => data.num_samples[s],
             MetaCounts::MaxOverStreams => {
-                let m = lens.iter().copied().max().unwrap_or(0);
+                let m = lens().max().unwrap_or(0);
                 u32::try_from(m).map_err(|_| {
                     Error::new(ErrorKind::SequenceTooLarge { sequence: key, len_bytes: m }).with_sequence(key)
                 })?
             }
         };
-        let bytes = sequence_len_bytes(data, s)?;
-        let full = !self.meta.is_empty()
-            && (self.meta.len() == u32::MAX as usize || self.pending_samples + u64::from(meta) > u64::from(u32::MAX));
-        let over = self.options.chunking == Chunking::Exact
-            && !self.meta.is_empty()
-            && self.pending_bytes + bytes > self.options.chunk_size;
-        if full || over {
-            self.flush_chunk()?;
-        }
-        let marks: Vec<usize> = self.records.iter().map(Vec::len).collect();
-        for (i, d) in data.streams.iter().enumerate() {
-            if let Err(e) = encode_record(d, s, &mut self.records[i]) {
-                for (r, &m) in self.records.iter_mut().zip(&marks) {
-                    r.truncate(m);
-                }
-                return Err(e.with_sequence(key));
-            }
-        }
-        self.meta.push(meta);
-        self.pending_bytes += bytes;
-        self.pending_samples += u64::from(meta);
-        if self.options.chunking == Chunking::Ctf2binCompatible {
-            self.estimate += ctf2bin_estimate(data, s);
-            if self.estimate >= self.options.chunk_size {
-                self.flush_chunk()?;
-            }
-        }
-        Ok(())
+        Ok(Accept::Take { meta, bytes })
     }
 
-    fn flush_chunk(&mut self) -> Result<(), Error> {
-        let out = self.out.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
-        let mut meta = Vec::with_capacity(4 * self.meta.len());
-        for m in &self.meta {
-            meta.extend_from_slice(&m.to_le_bytes());
+    /// Writes the current chunk. `keep_last`: the last held data may have sequences for the next chunk.
+    fn flush_chunk(&mut self, keep_last: bool) -> Result<(), Error> {
+        let r = self.encode_chunk();
+        if r.is_err() {
+            self.broken = true;
         }
-        let io = |e| Error::io("write a CBF chunk", e);
-        out.write_all(&meta).map_err(io)?;
-        for r in &self.records {
-            out.write_all(r).map_err(io)?;
-        }
+        r?;
         self.table.push(ChunkEntry {
             offset: self.pos,
             num_sequences: self.meta.len() as u32,
@@ -327,11 +460,49 @@ impl CbfWriter {
         self.summary.sequences += self.meta.len() as u64;
         self.summary.samples += self.pending_samples;
         self.meta.clear();
-        for r in &mut self.records {
-            r.clear();
+        self.pieces.clear();
+        let last = if keep_last { self.held.pop() } else { None };
+        let done: Vec<ChunkData> = self.held.drain(..).collect();
+        for d in done {
+            self.recycle(d);
         }
+        self.held.extend(last);
         self.pending_bytes = 0;
         self.pending_samples = 0;
+        Ok(())
+    }
+
+    /// Encodes the current chunk into the sink: meta counts, then stream after stream each sequence's
+    /// record.
+    fn encode_chunk(&mut self) -> Result<(), Error> {
+        let sink = self.sink.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
+        let io = |e| Error::io("write a CBF chunk", e);
+        let meta = &self.meta;
+        sink.put_with(4 * meta.len(), |dst: &mut [u8]| -> Result<(), Error> {
+            for (o, m) in dst.chunks_exact_mut(4).zip(meta) {
+                o.copy_from_slice(&m.to_le_bytes());
+            }
+            Ok(())
+        })
+        .map_err(io)??;
+        for i in 0..self.streams.len() {
+            for (slot, r) in &self.pieces {
+                let d = &self.held[*slot].streams[i];
+                for s in r.clone() {
+                    let len = usize::try_from(valid_record_len(d, s))
+                        .map_err(|_| Error::config("a record too large for memory"))?;
+                    sink.put_with(len, |dst| encode_record_to(d, s, dst)).map_err(io)??;
+                }
+            }
+        }
+        if sink.position() != self.pos + self.pending_bytes {
+            return Err(Error::config(format!(
+                "internal: chunk {} has {} bytes, {} were expected",
+                self.table.len(),
+                sink.position().wrapping_sub(self.pos),
+                self.pending_bytes
+            )));
+        }
         Ok(())
     }
 
@@ -343,23 +514,116 @@ impl CbfWriter {
     /// Writes the last chunk, the header and the trailer, syncs the file and renames it over the
     /// target.
     pub fn finish(mut self) -> Result<CbfSummary, Error> {
+        if self.broken {
+            return Err(Error::config("the writer failed earlier; its output is incomplete"));
+        }
         let last =
             !self.meta.is_empty() || (self.options.chunking == Chunking::Ctf2binCompatible && self.table.is_empty());
         if last {
-            self.flush_chunk()?;
+            self.flush_chunk(false)?;
         }
         let header_offset = self.pos;
         let mut tail = Vec::new();
         encode_header(&self.streams, &self.table, &mut tail)?;
         encode_trailer(header_offset, &mut tail);
-        let out = self.out.take().ok_or_else(|| Error::config("the writer is finished"))?;
-        let mut out = out;
-        out.write_all(&tail).map_err(|e| Error::io("write the CBF header", e))?;
-        let tmp = out.into_inner().map_err(|e| Error::io("flush", e.into_error()))?;
+        let mut sink = self.sink.take().ok_or_else(|| Error::config("the writer is finished"))?;
+        sink.put(&tail).map_err(|e| Error::io("write the CBF header", e))?;
+        let len = sink.finish().map_err(|e| Error::io("write the CBF file", e))?;
+        let tmp = self.tmp.take().ok_or_else(|| Error::config("the writer is finished"))?;
+        tmp.as_file().set_len(len).map_err(|e| Error::io("set the length of the CBF file", e))?;
         crate::output::persist(tmp, &self.path)?;
-        self.summary.bytes = header_offset + tail.len() as u64;
+        self.summary.bytes = len;
         Ok(self.summary)
     }
+}
+
+/// [`record_len`](cntkio_core::cbf::record_len) of sequence `s` of a stream whose data passed
+/// [`check_chunk_fast`] or, for this sequence, [`check_sequence`] (so the offsets read exist and the
+/// products fit): the arithmetic without the checks, which the writer would otherwise repeat for every
+/// record it sizes and encodes.
+#[inline]
+fn valid_record_len(d: &StreamData, s: usize) -> u64 {
+    let (a, b) = (d.sequence_offsets[s], d.sequence_offsets[s + 1]);
+    let es = d.values.element_type().size_bytes() as u64;
+    match &d.layout {
+        Layout::Dense => 4 + (b - a) * d.dim as u64 * es,
+        Layout::Sparse { sample_offsets, .. } => {
+            8 + (sample_offsets[b as usize] - sample_offsets[a as usize]) * (es + 4) + 4 * (b - a)
+        }
+    }
+}
+
+/// Checks that every stream's sequence offsets around sequence `s` exist and do not decrease.
+fn stream_lens(data: &ChunkData, s: usize) -> Result<(), Error> {
+    for d in &data.streams {
+        match (d.sequence_offsets.get(s), d.sequence_offsets.get(s + 1)) {
+            (Some(&a), Some(&b)) if a <= b => {}
+            _ => return Err(Error::config(format!("sequence {s}: bad sequence offsets"))),
+        }
+    }
+    Ok(())
+}
+
+/// Some stream has no sample in sequence `s` (whose offsets [`stream_lens`] checked).
+fn has_empty(data: &ChunkData, s: usize) -> bool {
+    data.streams.iter().any(|d| d.sequence_offsets[s] == d.sequence_offsets[s + 1])
+}
+
+/// What to do with a sequence.
+enum Accept {
+    /// Write it with this meta count; it takes `bytes` in the chunk.
+    Take { meta: u32, bytes: u64 },
+    /// Leave it out ([`EmptyStreams::Drop`]).
+    Drop,
+}
+
+/// Copies sequences `r` of `src` into `dst` (its allocations reused), rebasing offsets. The sequences
+/// must have passed [`check_sequence`]; anything inconsistent still gives an error, not a panic.
+fn copy_sequences(src: &ChunkData, r: Range<usize>, dst: &mut ChunkData) -> Result<(), Error> {
+    let bad = || Error::config("internal: inconsistent chunk data");
+    dst.keys.clear();
+    dst.keys.extend_from_slice(src.keys.get(r.clone()).ok_or_else(bad)?);
+    dst.num_samples.clear();
+    dst.num_samples.extend_from_slice(src.num_samples.get(r.clone()).ok_or_else(bad)?);
+    dst.streams.truncate(src.streams.len());
+    while dst.streams.len() < src.streams.len() {
+        let d = &src.streams[dst.streams.len()];
+        dst.streams.push(StreamData::new(d.format(), d.dim, d.values.element_type()));
+    }
+    for (d, o) in src.streams.iter().zip(dst.streams.iter_mut()) {
+        if o.format() != d.format() || o.values.element_type() != d.values.element_type() {
+            *o = StreamData::new(d.format(), d.dim, d.values.element_type());
+        }
+        o.dim = d.dim;
+        o.clear();
+        let seq = d.sequence_offsets.get(r.start..=r.end).ok_or_else(bad)?;
+        let (sa, sb) = (seq[0], seq[seq.len() - 1]);
+        o.sequence_offsets.clear();
+        o.sequence_offsets.extend(seq.iter().map(|&x| x.wrapping_sub(sa)));
+        let to_usize = |x: u64| usize::try_from(x).map_err(|_| bad());
+        let (ea, eb) = match (&d.layout, &mut o.layout) {
+            (Layout::Dense, Layout::Dense) => {
+                let ea = to_usize(sa)?.checked_mul(d.dim).ok_or_else(bad)?;
+                let eb = to_usize(sb)?.checked_mul(d.dim).ok_or_else(bad)?;
+                (ea, eb)
+            }
+            (Layout::Sparse { indices, sample_offsets }, Layout::Sparse { indices: oi, sample_offsets: oo }) => {
+                let offs = sample_offsets.get(to_usize(sa)?..=to_usize(sb)?).ok_or_else(bad)?;
+                let (ea, eb) = (to_usize(offs[0])?, to_usize(offs[offs.len() - 1])?);
+                oo.clear();
+                oo.extend(offs.iter().map(|&x| x.wrapping_sub(offs[0])));
+                oi.clear();
+                oi.extend_from_slice(indices.get(ea..eb).ok_or_else(bad)?);
+                (ea, eb)
+            }
+            _ => return Err(bad()),
+        };
+        if ea > eb || eb > d.values.len() {
+            return Err(bad());
+        }
+        o.values.extend_from(&d.values, ea..eb);
+    }
+    Ok(())
 }
 
 /// `ctf2bin.py`'s size estimate of a sequence (CBF.md §7.5).

@@ -138,6 +138,21 @@ pub fn index_streaming(
     mut on_chunk: impl FnMut(ChunkDesc) -> Result<(), Error>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<IndexMode, Error> {
+    index_streaming_bytes(file, cfg, threads, false, |c, _| on_chunk(c), progress)
+}
+
+/// [`index_streaming`] that also hands each chunk's bytes to `on_chunk` when it has them: always for a
+/// mapped file; when `keep` is set, for a file read with positional reads too, the indexer then keeping
+/// the bytes of the chunk being gathered (up to a chunk and a scan window more in memory) so that they
+/// need not be read a second time.
+pub fn index_streaming_bytes(
+    file: &InputFile,
+    cfg: &IndexConfig,
+    threads: usize,
+    keep: bool,
+    mut on_chunk: impl FnMut(ChunkDesc, Option<&[u8]>) -> Result<(), Error>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<IndexMode, Error> {
     let len = file.len();
     if len == 0 {
         return Err(Error::at(ErrorKind::EmptyFile, 0));
@@ -149,12 +164,23 @@ pub fn index_streaming(
     let mut seqs = Vec::new();
     let threads = threads.max(1);
     let window = SCAN_BLOCK * threads;
+    // Positional reads: `buf[..filled]` holds the file's bytes from offset `base` on (the rest of `buf`
+    // stays allocated; only its growth is zero-filled, the reads overwrite it).
     let mut buf: Vec<u8> = Vec::new();
+    let mut filled = 0usize;
+    let mut base = start.offset;
     let mut off = start.offset; // file offset of the bytes being scanned
+    let mut emitted = start.offset; // end of the last chunk handed out
     let mapped = file.mapped();
+    // A chunk's bytes, when they are at hand (a chunk always ends at or before the bytes scanned).
+    let bytes_of = |c: &ChunkDesc, buf: &[u8], base: u64, filled: usize| -> Option<(usize, usize)> {
+        let a = usize::try_from(c.offset.checked_sub(base)?).ok()?;
+        let b = a.checked_add(usize::try_from(c.len_bytes).ok()?)?;
+        (b <= filled && b <= buf.len()).then_some((a, b))
+    };
     loop {
         // The bytes to scan: a window of the map, or of `buf` (carry + newly read).
-        let (bytes, at_eof, cut): (&[u8], bool, usize) = match mapped {
+        let (at_eof, cut): (bool, usize) = match mapped {
             Some(m) => {
                 let a = off as usize;
                 let end = (a + window).min(m.len());
@@ -171,25 +197,41 @@ pub fn index_streaming(
                     }
                 };
                 let at_eof = at_eof || a + cut == m.len();
-                (&m[a..a + cut], at_eof, cut)
+                (at_eof, cut)
             }
             None => {
-                let have = buf.len();
-                let want = window.max(have + SCAN_BLOCK);
-                buf.resize(want, 0);
-                let n = file.read_some(off + have as u64, &mut buf[have..])?;
-                buf.truncate(have + n);
-                let at_eof = off + buf.len() as u64 >= len;
+                let a = (off - base) as usize;
+                let have = filled - a;
+                let want = a + window.max(have + SCAN_BLOCK);
+                if buf.len() < want {
+                    buf.resize(want, 0);
+                }
+                let n = file.read_some(base + filled as u64, &mut buf[filled..want])?;
+                filled += n;
+                let at_eof = base + filled as u64 >= len;
+                if n == 0 && !at_eof {
+                    return Err(Error::io(
+                        format!("cannot read {} at byte {}", file.path().display(), base + filled as u64),
+                        std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "the file is shorter than when it was opened (was it changed?)",
+                        ),
+                    ));
+                }
                 let cut = if at_eof {
-                    buf.len()
+                    filled - a
                 } else {
-                    match memchr::memrchr(b'\n', &buf[have..]) {
+                    match memchr::memrchr(b'\n', &buf[a + have..filled]) {
                         Some(k) => have + k + 1,
                         None => continue, // one row longer than the buffer: read more
                     }
                 };
-                (&buf[..cut], at_eof, cut)
+                (at_eof, cut)
             }
+        };
+        let bytes: &[u8] = match mapped {
+            Some(m) => &m[off as usize..off as usize + cut],
+            None => &buf[(off - base) as usize..(off - base) as usize + cut],
         };
         let pieces = if threads > 1 { split_rows(bytes, threads) } else { vec![(0, cut)] };
         let last = pieces.len().saturating_sub(1);
@@ -205,7 +247,13 @@ pub fn index_streaming(
             asm.push(&s?, &mut seqs)?;
             for (seq, line) in seqs.drain(..) {
                 if let Some(c) = chunker.push(seq, line)? {
-                    on_chunk(c)?;
+                    emitted = c.end();
+                    let b = match mapped {
+                        Some(m) => m.get(c.offset as usize..c.end() as usize),
+                        None if keep => bytes_of(&c, &buf, base, filled).map(|(a, b)| &buf[a..b]),
+                        None => None,
+                    };
+                    on_chunk(c, b)?;
                 }
             }
         }
@@ -213,19 +261,31 @@ pub fn index_streaming(
         if at_eof {
             break;
         }
-        if mapped.is_none() {
-            buf.drain(..cut);
-        }
         off += cut as u64;
+        if mapped.is_none() {
+            // Keep the bytes not scanned yet and, if asked, those of the chunk being gathered.
+            let from = if keep { emitted.min(off) } else { off };
+            let d = (from - base) as usize;
+            buf.copy_within(d..filled, 0);
+            filled -= d;
+            base = from;
+        }
     }
     asm.finish_file(len, &mut seqs)?;
+    let mut tail = Vec::new();
     for (seq, line) in seqs.drain(..) {
         if let Some(c) = chunker.push(seq, line)? {
-            on_chunk(c)?;
+            tail.push(c);
         }
     }
-    if let Some(c) = chunker.finish() {
-        on_chunk(c)?;
+    tail.extend(chunker.finish());
+    for c in tail {
+        let b = match mapped {
+            Some(m) => m.get(c.offset as usize..c.end() as usize),
+            None if keep => bytes_of(&c, &buf, base, filled).map(|(a, b)| &buf[a..b]),
+            None => None,
+        };
+        on_chunk(c, b)?;
     }
     Ok(start.mode)
 }

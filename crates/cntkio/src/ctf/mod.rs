@@ -8,9 +8,9 @@ pub mod scan;
 
 pub use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
 pub use cntkio_core::ctf::SequenceDesc;
-pub use index::{build_index, index_streaming, CtfIndex, IndexConfig};
-pub use parse::{parse_chunk, ParsePolicy, ParsedChunk};
-pub use scan::{scan_file, ScanOptions, ScanSummary};
+pub use index::{build_index, index_streaming, index_streaming_bytes, CtfIndex, IndexConfig};
+pub use parse::{parse_chunk, parse_chunk_bytes, ParsePolicy, ParsedChunk};
+pub use scan::{scan_file, scan_file_owned, ScanOptions, ScanSummary};
 
 use crate::input::{Access, InputFile};
 use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};

@@ -93,12 +93,26 @@ pub fn parse_chunk(
     desc: ChunkDesc,
     policy: ParsePolicy,
     buf: &mut Vec<u8>,
-    mut data: ChunkData,
+    data: ChunkData,
 ) -> Result<ParsedChunk, Error> {
-    data.clear();
     let len = usize::try_from(desc.len_bytes).map_err(|_| {
         Error::new(ErrorKind::Limit { what: "chunk size".into(), value: desc.len_bytes, limit: usize::MAX as u64 })
     })?;
+    let path = file.path().display().to_string();
+    file.with_bytes(desc.offset, len, buf, |bytes| parse_chunk_bytes(bytes, &path, parser, desc, policy, data))
+}
+
+/// Parses one chunk whose bytes (`desc.len_bytes` of them, from `desc.offset` of the file at `path`)
+/// are at hand. Data errors are in the result.
+pub fn parse_chunk_bytes(
+    bytes: &[u8],
+    path: &str,
+    parser: &CtfParser,
+    desc: ChunkDesc,
+    policy: ParsePolicy,
+    mut data: ChunkData,
+) -> ParsedChunk {
+    data.clear();
     let mut sink = Sink {
         policy,
         errors: Vec::new(),
@@ -108,30 +122,27 @@ pub fn parse_chunk(
         num_warnings: 0,
         stopped: false,
     };
-    let path = file.path().display().to_string();
-    file.with_bytes(desc.offset, len, buf, |bytes| {
-        let r = parser.parse_sequences(bytes, desc.offset, &desc.sequences, &mut data, &mut sink);
-        let fatal = match r {
-            Ok(()) => None,
-            Err(_) if sink.stopped => None,
-            Err(e) => Some(e),
-        };
-        let mut loc = Locator::new(bytes, desc.offset, desc.first_line, &path);
-        let errors = sink.errors.into_iter().map(|e| loc.locate(e)).collect();
-        let fatal = fatal.map(|e| loc.locate(e));
-        let warnings = sink.warnings.into_iter().map(|(w, b)| (w, loc.position(b))).collect();
-        ParsedChunk {
-            desc,
-            data,
-            errors,
-            num_errors: sink.num_errors,
-            num_dropped: sink.num_dropped,
-            warnings,
-            num_warnings: sink.num_warnings,
-            fatal,
-            stopped: sink.stopped,
-        }
-    })
+    let r = parser.parse_sequences(bytes, desc.offset, &desc.sequences, &mut data, &mut sink);
+    let fatal = match r {
+        Ok(()) => None,
+        Err(_) if sink.stopped => None,
+        Err(e) => Some(e),
+    };
+    let mut loc = Locator::new(bytes, desc.offset, desc.first_line, path);
+    let errors = sink.errors.into_iter().map(|e| loc.locate(e)).collect();
+    let fatal = fatal.map(|e| loc.locate(e));
+    let warnings = sink.warnings.into_iter().map(|(w, b)| (w, loc.position(b))).collect();
+    ParsedChunk {
+        desc,
+        data,
+        errors,
+        num_errors: sink.num_errors,
+        num_dropped: sink.num_dropped,
+        warnings,
+        num_warnings: sink.num_warnings,
+        fatal,
+        stopped: sink.stopped,
+    }
 }
 
 /// Turns byte offsets inside a chunk into lines and columns.

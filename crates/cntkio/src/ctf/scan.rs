@@ -2,8 +2,9 @@
 //! on worker threads, results delivered in file order with CNTK's `maxErrors` budget applied.
 //! Memory is bounded by the chunks in flight (`2 × threads`), not by the file size.
 
-use super::parse::{parse_chunk, ParsePolicy, ParsedChunk};
-use super::{apply_budget, index_config, index_streaming, locate_index_error};
+use super::index::index_streaming_bytes;
+use super::parse::{parse_chunk, parse_chunk_bytes, ParsePolicy, ParsedChunk};
+use super::{apply_budget, index_config, locate_index_error};
 use crate::input::InputFile;
 use crate::{CtfOptions, Error, Schema};
 use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
@@ -11,6 +12,9 @@ use cntkio_core::ctf::parse::CtfParser;
 use cntkio_core::ChunkData;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
+
+/// What receives each chunk of the index, with its bytes when the indexer has them.
+type OnChunk<'a> = dyn FnMut(ChunkDesc, Option<&[u8]>) -> Result<(), Error> + 'a;
 
 /// Options of a pass.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +58,29 @@ pub fn scan_file(
     mut consumer: impl FnMut(&ParsedChunk) -> Result<ControlFlow<()>, Error>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ScanSummary, Error> {
+    scan_file_owned(
+        file,
+        schema,
+        opts,
+        scan,
+        |p| {
+            let flow = consumer(&p)?;
+            Ok((flow, Some(p.data)))
+        },
+        progress,
+    )
+}
+
+/// [`scan_file`] handing each chunk over: `consumer` keeps what it wants and may give back a
+/// [`ChunkData`] whose allocations the parsers reuse (fresh buffers for every chunk cost page faults).
+pub fn scan_file_owned(
+    file: &InputFile,
+    schema: &Schema,
+    opts: &CtfOptions,
+    scan: &ScanOptions,
+    mut consumer: impl FnMut(ParsedChunk) -> Result<(ControlFlow<()>, Option<ChunkData>), Error>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ScanSummary, Error> {
     let parser = CtfParser::new(schema);
     let cfg = index_config(schema, opts);
     let policy = ParsePolicy {
@@ -72,16 +99,17 @@ pub fn scan_file(
     let mut used = 0u64;
     // Hands a chunk to the consumer and returns its buffers for reuse (fresh allocations of every chunk
     // would cost page faults). Returns Err(stop marker) when the consumer asks to stop.
-    let mut deliver = |p: ParsedChunk, summary: &mut ScanSummary| -> Result<ChunkData, Error> {
+    let mut deliver = |p: ParsedChunk, summary: &mut ScanSummary| -> Result<Option<ChunkData>, Error> {
         summary.chunks += 1;
         summary.errors += p.num_errors;
         if scan.enforce_max_errors {
             apply_budget(&mut used, opts.max_errors, &p)?;
         }
-        if consumer(&p)?.is_break() {
+        let (flow, spare) = consumer(p)?;
+        if flow.is_break() {
             return Err(Error::config(STOPPED));
         }
-        Ok(p.data)
+        Ok(spare)
     };
 
     // With `cacheIndex` the whole index is loaded from (or built and written to) the cache first.
@@ -90,57 +118,75 @@ pub fn scan_file(
     } else {
         None
     };
-    let for_each_desc = |f: &mut dyn FnMut(ChunkDesc) -> Result<(), Error>,
-                         progress: &mut dyn FnMut(u64)|
-     -> Result<IndexMode, Error> {
+    let threads = scan.threads.max(1);
+    // Each chunk with its bytes when the indexer has them: it keeps them for the parsers, so that the
+    // file is read once.
+    let for_each_desc = |f: &mut OnChunk<'_>, progress: &mut dyn FnMut(u64)| -> Result<IndexMode, Error> {
         match &cached {
             Some(idx) => {
                 for c in &idx.chunks {
                     let end = c.end();
-                    f(c.clone())?;
+                    f(c.clone(), None)?;
                     progress(end);
                 }
                 Ok(idx.mode)
             }
-            None => index_streaming(file, &cfg, 1, f, progress),
+            None => index_streaming_bytes(file, &cfg, 1, true, f, progress),
         }
     };
-    let threads = scan.threads.max(1);
     let result = if threads == 1 {
         let mut buf = Vec::new();
         let mut spare = Some(ChunkData::new(schema));
+        let path = file.path().display().to_string();
         for_each_desc(
-            &mut |desc| {
+            &mut |desc, bytes| {
                 let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
-                let p = parse_chunk(file, &parser, desc, policy, &mut buf, data)?;
-                spare = Some(deliver(p, &mut summary)?);
+                let p = match bytes {
+                    Some(b) => parse_chunk_bytes(b, &path, &parser, desc, policy, data),
+                    None => parse_chunk(file, &parser, desc, policy, &mut buf, data)?,
+                };
+                spare = deliver(p, &mut summary)?;
                 Ok(())
             },
             progress,
         )
     } else {
         let in_flight_max = 2 * threads;
-        let (job_tx, job_rx) = crossbeam_channel::bounded::<ChunkDesc>(in_flight_max);
+        // A job: a chunk, with a copy of its bytes when the indexer read them (a copy of bytes it just
+        // scanned, still in cache, costs less than the parser reading them from the page cache again);
+        // parsers of a mapped file borrow the map instead.
+        let (job_tx, job_rx) = crossbeam_channel::bounded::<(ChunkDesc, Option<Vec<u8>>)>(in_flight_max);
         let (res_tx, res_rx) = crossbeam_channel::unbounded::<(u32, Result<ParsedChunk, Error>)>();
         let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<ChunkData>();
+        let (buf_tx, buf_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
+        let path = file.path().display().to_string();
         std::thread::scope(|s| {
             for _ in 0..threads {
                 let job_rx = job_rx.clone();
                 let res_tx = res_tx.clone();
                 let spare_rx = spare_rx.clone();
-                let parser = &parser;
+                let buf_tx = buf_tx.clone();
+                let (parser, path) = (&parser, &path);
                 s.spawn(move || {
                     let mut buf = Vec::new();
-                    for desc in job_rx {
+                    for (desc, bytes) in job_rx {
                         let idx = desc.index;
                         let data = spare_rx.try_recv().unwrap_or_else(|_| ChunkData::new(schema));
-                        let r = parse_chunk(file, parser, desc, policy, &mut buf, data);
+                        let r = match bytes {
+                            Some(b) => {
+                                let p = parse_chunk_bytes(&b, path, parser, desc, policy, data);
+                                let _ = buf_tx.send(b);
+                                Ok(p)
+                            }
+                            None => parse_chunk(file, parser, desc, policy, &mut buf, data),
+                        };
                         if res_tx.send((idx, r)).is_err() {
                             break;
                         }
                     }
                 });
             }
+            drop(buf_tx);
             drop(res_tx);
             let mut pending: BTreeMap<u32, Result<ParsedChunk, Error>> = BTreeMap::new();
             let mut next = 0u32;
@@ -153,18 +199,29 @@ pub fn scan_file(
                 while let Some(r) = pending.remove(next) {
                     *next += 1;
                     *in_flight -= 1;
-                    let _ = spare_tx.send(deliver(r?, summary)?);
+                    if let Some(d) = deliver(r?, summary)? {
+                        let _ = spare_tx.send(d);
+                    }
                 }
                 Ok(())
             };
             let r = for_each_desc(
-                &mut |desc| {
+                &mut |desc, bytes| {
                     while in_flight >= in_flight_max {
                         let (i, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
                         pending.insert(i, r);
                         drain(&mut pending, &mut next, &mut in_flight, &mut summary)?;
                     }
-                    job_tx.send(desc).map_err(|_| Error::config("parser threads stopped"))?;
+                    let copy = match bytes {
+                        Some(b) if !file.is_mapped() => {
+                            let mut v = buf_rx.try_recv().unwrap_or_default();
+                            v.clear();
+                            v.extend_from_slice(b);
+                            Some(v)
+                        }
+                        _ => None,
+                    };
+                    job_tx.send((desc, copy)).map_err(|_| Error::config("parser threads stopped"))?;
                     in_flight += 1;
                     while let Ok((i, r)) = res_rx.try_recv() {
                         pending.insert(i, r);
