@@ -551,6 +551,21 @@ impl MinibatchSource {
                 }
             }
         }
+        let pos = self.position();
+        if self.started
+            && self.ahead.is_none()
+            && !self.config.cntk_restore_quirk
+            && pos >= self.config.run_end(self.sweep_size)
+        {
+            // The run is over: the enumerator's answer (READER.md §4.3), without letting it shuffle the next
+            // sweep's window first. (With CNTK's restore quirk it is asked, as in CNTK: where a later restore
+            // lands depends on the sweep it has prepared.)
+            prepare(batch, &self.out_streams);
+            batch.bptt = None;
+            batch.end_of_sweep = pos >= self.sweep_size && pos % self.sweep_size == 0;
+            batch.end_of_run = true;
+            return Ok(false);
+        }
         self.start(true)?;
         self.prefetch();
         let planned = self.ahead.as_mut().map(|a| a.next());
