@@ -271,6 +271,7 @@ class MinibatchSource:
         *,
         concat: bool = ...,
         cntk_restore_quirk: bool = ...,
+        balanced_workers: bool = ...,
         **cntk_config: Any,
     ) -> None: ...
     def stream_infos(self) -> List[StreamInformation]: ...

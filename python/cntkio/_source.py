@@ -380,6 +380,10 @@ class MinibatchSource:
         concat: (cntkio) read several deserializers one after another instead of joining them by key.
         cntk_restore_quirk: (cntkio) restore checkpoints as CNTK 2.7 did, quirks included, instead of
             continuing exactly as the uninterrupted run (see the README).
+        balanced_workers: (cntkio) with randomization, deal sequences instead of chunks to the partitions
+            of ``next_minibatch(size, num_data_partitions, partition_index)``: partition r of W gets the
+            sequences at indices r, r + W, … of the single reader's order, so partitions differ by at most one
+            sequence per sweep (CNTK deals whole chunks; a partition beyond the number of chunks gets nothing).
 
     CNTK's configuration names are accepted as keywords too: ``randomizationWindow`` (with
     ``sampleBasedRandomizationWindow``), ``randomizationSeed``, ``maxSamples``, ``maxSweeps``, ``frameMode``,
@@ -404,6 +408,7 @@ class MinibatchSource:
         *,
         concat: bool = False,
         cntk_restore_quirk: bool = False,
+        balanced_workers: bool = False,
         **cntk_config: Any,
     ) -> None:
         args: Dict[str, Any] = dict(
@@ -431,6 +436,7 @@ class MinibatchSource:
         self._args = args
         self._concat = _bool("concat", concat)
         self._quirk = _bool("cntk_restore_quirk", cntk_restore_quirk)
+        self._balanced = _bool("balanced_workers", balanced_workers)
 
         max_samples = _int("max_samples", args["max_samples"])
         max_sweeps = _int("max_sweeps", args["max_sweeps"])
@@ -497,6 +503,7 @@ class MinibatchSource:
             cntk_restore_quirk=self._quirk,
             truncation_length=truncation,
             threads=threads,
+            balanced_workers=self._balanced,
         )
         self.truncation_length: int = truncation
         """Truncated BPTT's length in samples (0: off)."""
@@ -650,7 +657,10 @@ class MinibatchSource:
     # ---- pickling ---------------------------------------------------------------------------------------
     def __reduce__(self) -> Any:
         args = dict(self._args)
-        return (_rebuild_source, (self._deserializers, args, self._concat, self._quirk, self._src.state()))
+        return (
+            _rebuild_source,
+            (self._deserializers, args, self._concat, self._quirk, self._src.state(), self._balanced),
+        )
 
     def __repr__(self) -> str:
         files = ", ".join(d.path for d in self._deserializers)
@@ -673,8 +683,13 @@ _DEFAULTS: Dict[str, Any] = dict(
 
 
 def _rebuild_source(
-    deserializers: List[_Deserializer], args: Dict[str, Any], concat: bool, quirk: bool, state: str
+    deserializers: List[_Deserializer],
+    args: Dict[str, Any],
+    concat: bool,
+    quirk: bool,
+    state: str,
+    balanced: bool = False,
 ) -> MinibatchSource:
-    s = MinibatchSource(deserializers, **args, concat=concat, cntk_restore_quirk=quirk)
+    s = MinibatchSource(deserializers, **args, concat=concat, cntk_restore_quirk=quirk, balanced_workers=balanced)
     s._src.restore(state)
     return s

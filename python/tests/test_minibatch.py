@@ -387,6 +387,24 @@ def test_distributed_examples(tmp_path):
     assert keys_of(rand[1], 4, num_data_partitions=2, partition_index=1) == [[0, 1], [11, 3], [2]]
 
 
+def test_balanced_workers_deal_sequences(tmp_path):
+    # cntkio's addition: 8 partitions over 7 chunks each get every 8th sequence of the single reader's order
+    # (with CNTK's chunk dealing the last partition gets nothing); a pickled source keeps the option.
+    d = twelve_rows(tmp_path)
+    order = [k for mb in keys_of(MinibatchSource(d, max_sweeps=1, randomization_seed=5), 3) for k in mb]
+    assert sorted(order) == list(range(12))
+    for p in range(8):
+        src = MinibatchSource(d, max_sweeps=1, randomization_seed=5, balanced_workers=True)
+        got = [k for mb in keys_of(src, 3, num_data_partitions=8, partition_index=p) for k in mb]
+        assert got == order[p::8], p
+    cntk = MinibatchSource(d, max_sweeps=1, randomization_seed=5)
+    assert keys_of(cntk, 3, num_data_partitions=8, partition_index=7) == []
+    src = MinibatchSource(d, max_sweeps=1, randomization_seed=5, balanced_workers=True)
+    first = [int(k) for k in src.next_minibatch(3, num_data_partitions=2, partition_index=1).sequence_keys]
+    rest = [k for mb in keys_of(pickle.loads(pickle.dumps(src)), 3, num_data_partitions=2, partition_index=1) for k in mb]
+    assert first + rest == order[1::2]
+
+
 def test_partitions_cover_the_data_without_overlap(tmp_path):
     d = twenty_rows(tmp_path)
     for randomize in (False, True):

@@ -135,7 +135,7 @@ impl Source {
     /// `truncation_length > 0`: truncated BPTT (every stream dense, fragments in parallel rows). `threads`:
     /// background chunk loaders (None: `CNTKIO_THREADS` or one per core; 0: load on the calling thread).
     #[new]
-    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false, truncation_length = 0, threads = None))]
+    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false, truncation_length = 0, threads = None, balanced_workers = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -151,6 +151,7 @@ impl Source {
         cntk_restore_quirk: bool,
         truncation_length: u64,
         threads: Option<usize>,
+        balanced_workers: bool,
     ) -> PyResult<Source> {
         let parts: Vec<Arc<dyn Deserializer>> = readers.iter().map(|r| r.deserializer()).collect();
         let run_length = match (max_samples, max_sweeps) {
@@ -169,6 +170,7 @@ impl Source {
             workers: 1,
             rank: 0,
             cntk_restore_quirk,
+            balanced_workers,
             truncation_length,
             threads,
             ..MinibatchConfig::default()
