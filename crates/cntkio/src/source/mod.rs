@@ -73,7 +73,7 @@ pub use chunk::SourceChunk;
 pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
 
 use crate::randomize::{BlockRandomizer, EpochConfig, NoRandomizer, Pick, SequenceEnumerator, Window};
-use crate::{ChunkData, Error, Layout, StreamData, StreamSpec};
+use crate::{ChunkData, Error, Layout, StreamData, StreamSpec, Values};
 use loader::Loader;
 use plan::Planner;
 use serde::{Deserialize, Serialize};
@@ -844,6 +844,17 @@ const PREFETCH_SEQUENCES: usize = 8;
 /// sequences a few places ahead while copying (they lie at random places of the chunks).
 fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slot_of: &[u32], dst: &mut [StreamData]) {
     let view = |p: &Pick| views[slot_of[p.chunk as usize] as usize];
+    // Dense values: room for the declared samples at once (a fresh batch would otherwise grow, and copy,
+    // several times). A hint, capped at 4 Mi values (declared lengths come from the file): a stream longer
+    // than that still grows as needed.
+    let declared: usize = picks.iter().map(|p| p.num_samples as usize).sum();
+    for d in dst.iter_mut().filter(|d| matches!(d.layout, Layout::Dense)) {
+        let want = declared.saturating_mul(d.dim).min(1 << 22);
+        match &mut d.values {
+            Values::F32(v) => v.reserve(want.saturating_sub(v.len())),
+            Values::F64(v) => v.reserve(want.saturating_sub(v.len())),
+        }
+    }
     for (st, d) in dst.iter_mut().enumerate() {
         for p in picks.iter().take(PREFETCH_SEQUENCES) {
             view(p).prefetch(st, p.index as usize);
