@@ -331,6 +331,25 @@ impl ChunkView<'_> {
         }
     }
 
+    /// Asks the processor to bring the table entry that locates sequence `seq` of stream `stream` into the
+    /// cache (parsed data: its sequence offsets; CBF: its record offset, unless records are located by
+    /// arithmetic), so that a later [`prefetch`](Self::prefetch) does not wait for it. Changes nothing but
+    /// timing.
+    #[inline]
+    pub(crate) fn prefetch_locator(&self, stream: usize, seq: usize) {
+        match self {
+            ChunkView::Data(d) => {
+                let o = &d.streams[stream].sequence_offsets;
+                crate::hint::prefetch(o.get(seq..(seq + 2).min(o.len())).unwrap_or_default());
+            }
+            ChunkView::Cbf(_, streams) => {
+                if let Records::Listed(v) = &streams[stream].records {
+                    crate::hint::prefetch(v.get(seq..(seq + 2).min(v.len())).unwrap_or_default());
+                }
+            }
+        }
+    }
+
     /// Asks the processor to bring sequence `seq` of stream `stream` into the cache (its record, or its
     /// values), so that a later [`append`](Self::append) finds it there. Changes nothing but timing.
     #[inline]

@@ -856,10 +856,17 @@ fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slot_of: &[u32], dst: &m
         }
     }
     for (st, d) in dst.iter_mut().enumerate() {
+        // Two stages: the tables that locate a sequence twice as far ahead, its values once as far ahead.
+        for p in picks.iter().take(2 * PREFETCH_SEQUENCES) {
+            view(p).prefetch_locator(st, p.index as usize);
+        }
         for p in picks.iter().take(PREFETCH_SEQUENCES) {
             view(p).prefetch(st, p.index as usize);
         }
         for (i, p) in picks.iter().enumerate() {
+            if let Some(q) = picks.get(i + 2 * PREFETCH_SEQUENCES) {
+                view(q).prefetch_locator(st, q.index as usize);
+            }
             if let Some(q) = picks.get(i + PREFETCH_SEQUENCES) {
                 view(q).prefetch(st, q.index as usize);
             }
