@@ -162,6 +162,9 @@ class MinibatchIterable:
         randomization_window_in_chunks / randomization_window_in_samples: CNTK's window.
         frame_mode: CNTK's frame mode (every sequence has at most one sample per stream).
         rank / world_size: this process's place in distributed training (see the module docs).
+        balanced_workers: (cntkio) deal sequences instead of CNTK's whole chunks to the ranks and DataLoader
+            workers, so that every partition gets the same number of sequences (±1) per epoch — with DDP,
+            ranks then run the same number of batches when sequences have equal lengths.
     """
 
     def __init__(
@@ -179,6 +182,7 @@ class MinibatchIterable:
         concat: Optional[bool] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        balanced_workers: bool = False,
         **options: Any,
     ) -> None:
         if (deserializers is None) == (paths is None):
@@ -209,6 +213,7 @@ class MinibatchIterable:
             randomization_window_in_samples=randomization_window_in_samples,
             frame_mode=bool(frame_mode),
             concat=concat,
+            balanced_workers=bool(balanced_workers),
         )
         self.epoch = 0
         self._resume: Optional[Tuple[int, int, int]] = None  # (epoch, batches, workers) to skip

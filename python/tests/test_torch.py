@@ -116,6 +116,24 @@ def test_ranks_and_workers_split_without_overlap(tmp_path, shuffle):
             assert sorted(seen) == list(range(50)), (world, workers)
 
 
+def test_balanced_workers_split_evenly(tmp_path):
+    # cntkio's addition: sequence dealing; 2 ranks x 2 workers get 12 or 13 of the 50 sequences each, together
+    # all of them, in the single reader's order
+    d = data(tmp_path)
+    order = [k for mb in keys(ct.MinibatchIterable(d, batch_size=5, seed=4)) for k in mb]
+    parts = []
+    for rank in range(2):
+        make = lambda rank=rank: ct.MinibatchIterable(  # noqa: E731
+            d, batch_size=5, seed=4, rank=rank, world_size=2, balanced_workers=True)
+        got: Dict[int, List[int]] = {}
+        for w, mb in simulate_loader(make, 2):
+            got.setdefault(w, []).extend(mb)
+        parts += list(got.values())
+    assert sorted(len(p) for p in parts) == [12, 12, 13, 13]
+    assert sorted(k for p in parts for k in p) == list(range(50))
+    assert all(p == [k for k in order if k in set(p)] for p in parts)
+
+
 def test_batch_size_counts_samples(tmp_path):
     it = ct.MinibatchIterable(data(tmp_path), batch_size=6, shuffle=False)
     for mb in it:
