@@ -94,6 +94,20 @@ fn check_keys(d: &Bound<'_, PyDict>, known: &[&str], kind: &str) -> PyResult<()>
     Ok(())
 }
 
+/// The streams of a deserializer's `input` dict: each name with its StreamDef dict.
+fn stream_dicts<'py>(input: &Bound<'py, PyDict>) -> PyResult<Vec<(String, Bound<'py, PyDict>)>> {
+    input
+        .iter()
+        .map(|(name, s)| {
+            let name: String = name.extract().map_err(|_| usage(format!("stream names must be strings: {name}")))?;
+            let s = s
+                .downcast_into::<PyDict>()
+                .map_err(|_| usage(format!("stream {name:?}: expected a dict (a StreamDef)")))?;
+            Ok((name, s))
+        })
+        .collect()
+}
+
 /// Reads a deserializer dict.
 pub fn from_dict(d: &Bound<'_, PyDict>) -> PyResult<Spec> {
     let ty: String = get(d, "type", "a string")?.ok_or_else(|| usage("the deserializer has no \"type\""))?;
@@ -107,12 +121,7 @@ pub fn from_dict(d: &Bound<'_, PyDict>) -> PyResult<Spec> {
             let t = precision(d)?.unwrap_or(ElementType::F32);
             let input = input.ok_or_else(|| usage("a CTFDeserializer needs streams (\"input\")"))?;
             let mut streams = Vec::new();
-            for (name, s) in input.iter() {
-                let name: String =
-                    name.extract().map_err(|_| usage(format!("stream names must be strings: {name}")))?;
-                let s = s
-                    .downcast_into::<PyDict>()
-                    .map_err(|_| usage(format!("stream {name:?}: expected a dict (a StreamDef)")))?;
+            for (name, s) in stream_dicts(&input)? {
                 let dim = number(&s, "dim")?.ok_or_else(|| {
                     usage(format!("stream {name:?} has no dim: give StreamDef(shape=…) (CTF data is read flat)"))
                 })?;
@@ -151,12 +160,7 @@ pub fn from_dict(d: &Bound<'_, PyDict>) -> PyResult<Spec> {
             check_keys(d, CBF_KEYS, "CBFDeserializer")?;
             let mut options = CbfOptions::default().mmap(access == Access::Mmap);
             if let Some(input) = input {
-                for (name, s) in input.iter() {
-                    let name: String =
-                        name.extract().map_err(|_| usage(format!("stream names must be strings: {name}")))?;
-                    let s = s
-                        .downcast_into::<PyDict>()
-                        .map_err(|_| usage(format!("stream {name:?}: expected a dict (a StreamDef)")))?;
+                for (name, s) in stream_dicts(&input)? {
                     if let Some(alias) = get::<String>(&s, "alias", "a string")? {
                         if alias != name {
                             options = options.rename(alias, name);

@@ -126,19 +126,15 @@ impl Ahead {
     /// [`position`](Self::position) (plans were made that were not taken). Errors: the thread panicked (the
     /// enumerator is lost).
     pub fn finish(mut self) -> Result<(Enumerator, bool), Error> {
-        let made = {
+        {
             let mut q = self.shared.lock();
             q.stop = true;
             q.plans.clear();
-            drop(q);
-            self.shared.changed.notify_all();
-            let handle = self.handle.take().expect("joined once");
-            match handle.join() {
-                Ok(e) => (e, self.shared.lock().made),
-                Err(_) => return Err(Error::config("internal error: the minibatch planning thread panicked")),
-            }
-        };
-        let (e, made) = made;
+        }
+        self.shared.changed.notify_all();
+        let handle = self.handle.take().expect("joined once");
+        let e = handle.join().map_err(|_| Error::config("internal error: the minibatch planning thread panicked"))?;
+        let made = self.shared.lock().made;
         Ok((e, made != self.taken))
     }
 }

@@ -323,13 +323,13 @@ pub struct MinibatchSource {
     /// `slot_of[c]`: index of chunk `c` in `needed` (valid for the chunks of the current minibatch).
     slot_of: Vec<u32>,
     /// The enumerator running ahead on a thread (it is then not in `enumerator`), once the same size has
-    /// been asked for twice in a row; the size of the last call; no planning thread could be started.
+    /// been asked for twice in a row; the size of the last call.
     ahead: Option<ahead::Ahead>,
     last_size: Option<u64>,
-    no_ahead: bool,
     /// Calls in a row with the size of the last one, and how many such calls start planning ahead: 2, doubled
     /// each time plans made ahead were dropped (a size that keeps changing would make the enumerator move
-    /// back again and again; moving back across a sweep boundary shuffles the window anew).
+    /// back again and again; moving back across a sweep boundary shuffles the window anew); `u64::MAX` once
+    /// a planning thread could not be started or panicked.
     same_size_calls: u64,
     ahead_after: u64,
     /// The run has started (at the first minibatch or restore).
@@ -392,7 +392,6 @@ impl MinibatchSource {
             slot_of: Vec::new(),
             ahead: None,
             last_size: None,
-            no_ahead: false,
             same_size_calls: 0,
             ahead_after: 2,
             started: false,
@@ -513,7 +512,8 @@ impl MinibatchSource {
         if size > MAX_ENDLESS_MINIBATCH && self.config.run_length.normalized() == RunLength::Infinite {
             // Guard, not in CNTK (which would gather sweep after sweep until memory runs out).
             return Err(Error::config(format!(
-                "a minibatch of {size} samples from an endless run (no max_samples or max_sweeps) would never be                  complete; ask for at most {MAX_ENDLESS_MINIBATCH} samples, or end the run"
+                "a minibatch of {size} samples from an endless run (no max_samples or max_sweeps) would never be \
+                 complete; ask for at most {MAX_ENDLESS_MINIBATCH} samples, or end the run"
             )));
         }
         if self.config.truncation_length > 0 {
@@ -531,26 +531,6 @@ impl MinibatchSource {
         if self.ahead.as_ref().is_some_and(|a| a.size != size) {
             self.settle()?;
         }
-        let plan_ahead = self.started
-            && self.ahead.is_none()
-            && !self.no_ahead
-            && self.same_size_calls + 1 >= self.ahead_after
-            && self.last_size == Some(size)
-            && !self.config.cntk_restore_quirk
-            && self.loader.threads() > 0;
-        self.same_size_calls = if self.last_size == Some(size) { self.same_size_calls + 1 } else { 1 };
-        self.last_size = Some(size);
-        if plan_ahead {
-            let e = std::mem::replace(&mut self.enumerator, Box::new(Parked));
-            let position = e.get_state();
-            match ahead::Ahead::start(e, size, local, position) {
-                Ok(a) => self.ahead = Some(a),
-                Err(e) => {
-                    self.enumerator = e;
-                    self.no_ahead = true;
-                }
-            }
-        }
         let pos = self.position();
         if self.started
             && self.ahead.is_none()
@@ -565,6 +545,25 @@ impl MinibatchSource {
             batch.end_of_sweep = pos >= self.sweep_size && pos % self.sweep_size == 0;
             batch.end_of_run = true;
             return Ok(false);
+        }
+        let plan_ahead = self.started
+            && self.ahead.is_none()
+            && self.same_size_calls + 1 >= self.ahead_after
+            && self.last_size == Some(size)
+            && !self.config.cntk_restore_quirk
+            && self.loader.threads() > 0;
+        self.same_size_calls = if self.last_size == Some(size) { self.same_size_calls + 1 } else { 1 };
+        self.last_size = Some(size);
+        if plan_ahead {
+            let e = std::mem::replace(&mut self.enumerator, Box::new(Parked));
+            let position = e.get_state();
+            match ahead::Ahead::start(e, size, local, position) {
+                Ok(a) => self.ahead = Some(a),
+                Err(e) => {
+                    self.enumerator = e;
+                    self.ahead_after = u64::MAX;
+                }
+            }
         }
         self.start(true)?;
         self.prefetch();
@@ -710,7 +709,9 @@ impl MinibatchSource {
     /// last minibatch handed out ended (moved back there if plans were made ahead).
     fn settle(&mut self) -> Result<(), Error> {
         if let Some(position) = self.take_back() {
-            self.ahead_after = (self.ahead_after * 2).min(1 << 12);
+            if self.ahead_after != u64::MAX {
+                self.ahead_after = (self.ahead_after * 2).min(1 << 12);
+            }
             self.rewind(position)?;
         }
         Ok(())
@@ -728,7 +729,7 @@ impl MinibatchSource {
             }
             Err(err) => {
                 log::warn!("{err}; minibatches are planned on the caller's thread from now on");
-                self.no_ahead = true;
+                self.ahead_after = u64::MAX;
                 match Self::enumerator(&self.source, &self.config) {
                     Ok(e) => self.enumerator = e,
                     Err(e) => log::warn!("{e}"),
