@@ -78,7 +78,7 @@ const POW10_EXACT: [f64; 23] = [
 
 /// Number of leading ASCII digits in an 8-byte little-endian word (0..=8).
 #[inline(always)]
-fn leading_digits(word: u64) -> u32 {
+pub(crate) fn leading_digits(word: u64) -> u32 {
     const HI: u64 = 0xF0F0_F0F0_F0F0_F0F0;
     const THREES: u64 = 0x3030_3030_3030_3030;
     // A byte is a digit iff its high nibble is 3 and adding 6 keeps it 3. Carries out of a byte only
@@ -89,7 +89,7 @@ fn leading_digits(word: u64) -> u32 {
 
 /// Value of the first `n` (1..=8) digits of `word` (first digit in the lowest byte).
 #[inline(always)]
-fn swar_value(word: u64, n: u32) -> u64 {
+pub(crate) fn swar_value(word: u64, n: u32) -> u64 {
     let digits = word.wrapping_sub(0x3030_3030_3030_3030);
     // Keep n bytes and move them to the top: the zero bytes below act as leading zeros.
     let v = digits << (64 - 8 * n);

@@ -565,3 +565,102 @@ fn dense_lists_cut_everywhere_agree_with_reference() {
         }
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// The tight loop of sparse entry lists (`index:d `): long lists, every form that makes it stop.
+
+/// A sparse entry: mostly `index:1`, sometimes one of another form or a broken one.
+fn sparse_token() -> impl Strategy<Value = String> {
+    prop_oneof![
+        12 => "[0-9]{1,5}:[01]",
+        2 => "[0-9]{6,9}:[0-9]",
+        2 => "[0-9]{1,3}:-?[0-9]{1,2}(\\.[0-9]{0,4})?",
+        1 => "[0-9]{1,2}:[0-9][eE][+-]?[0-9]",
+        1 => "0{1,9}[0-9]{0,3}:1",
+        1 => prop::sample::select(vec![
+            "1:", ":1", "1::1", "1 :1", "1: 1", "12x:1", "1:1x", "1:x", "x", "-1:1", "1.5:1", "99999999999999999999:1",
+            "1:1:1", "|", "|b 1:1", "#c", "\r", "\x0b", "\x00", "\u{e9}", "\n", "1:1|a", "7:+",
+        ])
+        .prop_map(str::to_string),
+    ]
+}
+
+/// Files of rows `|a i:v i:v ... [|b i:v]`, with 0–80 entries per sample and a dimension that some
+/// indices exceed.
+fn sparse_list_case() -> impl Strategy<Value = Case> {
+    let row = (
+        prop::collection::vec((long_list_sep(), sparse_token()), 0..80),
+        any::<bool>(),
+        prop_oneof![8 => Just("\n"), 1 => Just("\r\n"), 1 => Just(" \n"), 1 => Just("")],
+    );
+    (
+        prop::collection::vec(row, 1..6),
+        prop::sample::select(vec![1usize, 10, 1000, 100_000, 1_000_000_000]),
+        prop::sample::select(vec![0u64, 100, 700, u64::MAX]),
+        prop::sample::select(vec![0u64, 3, 1_000_000]),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(rows, dim, chunk_size, max_errors, f64, ids)| {
+            let mut data = Vec::new();
+            for (i, (vals, with_b, end)) in rows.iter().enumerate() {
+                if ids {
+                    data.extend_from_slice(format!("{} ", i / 2).as_bytes());
+                }
+                data.extend_from_slice(b"|a");
+                for (sep, tok) in vals {
+                    data.extend_from_slice(sep.as_bytes());
+                    data.extend_from_slice(tok.as_bytes());
+                }
+                if *with_b {
+                    data.extend_from_slice(b" |b 2:1");
+                }
+                data.extend_from_slice(end.as_bytes());
+            }
+            Case {
+                data,
+                streams: vec![cfg("a", false, dim), cfg("b", false, 3)],
+                skip_ids: false,
+                chunk_size,
+                max_errors,
+                elem: if f64 { Elem::F64 } else { Elem::F32 },
+                noise: 0,
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(num_cases() / 3) })]
+
+    /// Long sparse entry lists: fast path (whole, chunked, parse_bytes) == reference.
+    #[test]
+    fn long_sparse_lists_match_reference(c in sparse_list_case()) {
+        if let Err(m) = compare(&c) {
+            prop_assert!(false, "{}", m);
+        }
+    }
+}
+
+/// Sparse lists of the shape of the benchmark files, cut at every length (so the end of the sequence
+/// falls in every place of an entry, and the 16 bytes the tight loop needs run out everywhere).
+#[test]
+fn sparse_lists_cut_everywhere_agree_with_reference() {
+    let ents = "6196:1 8862:1 13277:1 0:1 7:0 99999:1 1234567:1 12345678:1 5:2.5 3:-1 44:1e2 8:1\t9:1  10:1";
+    let row = format!("|a {ents} {ents} |b 1:1\n|a {ents}\n|b 2:1 |a 1:1\n");
+    // Indices around small dimensions, followed by enough valid entries for the tight loop. The first
+    // index out of range fails the whole sample, so each sequence has a second row that keeps it valid.
+    let edges: String =
+        (8..=12).map(|k| format!("{k} |a 1:1 {k}:1 0:1 1:1 2:1 3:1 4:1 5:1 |b 0:1\n{k} |a 2:1\n")).collect();
+    for (text, dims) in [(&row, [9, 100_000, 100_000_000]), (&edges, [9, 10, 11])] {
+        for cut in 0..=text.len() {
+            for dim in dims {
+                for elem in [Elem::F32, Elem::F64] {
+                    let mut c = case(&text.as_bytes()[..cut], vec![cfg("a", false, dim), cfg("b", false, 3)]);
+                    c.elem = elem;
+                    c.max_errors = 100;
+                    check(&c);
+                }
+            }
+        }
+    }
+}

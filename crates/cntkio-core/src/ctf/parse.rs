@@ -6,7 +6,9 @@
 use super::{cntk_u64, is_non_printable, SequenceDesc};
 use crate::data::{ChunkData, Layout, StreamData, Values};
 use crate::error::{Error, ErrorKind, WarningKind};
-use crate::number::{parse_number, parse_number_words, short_digit_run, NumberError, NumberErrorKind};
+use crate::number::{
+    leading_digits, parse_number, parse_number_words, short_digit_run, swar_value, NumberError, NumberErrorKind,
+};
 use crate::schema::Schema;
 
 /// Receives recoverable errors and warnings while a chunk is parsed.
@@ -370,8 +372,8 @@ impl CtfParser {
             Layout::Sparse { indices, sample_offsets } => {
                 let seq_has_values = data.values.len() > st.value_start[i];
                 let r = match &mut data.values {
-                    Values::F32(v) => read_sparse(s, p, info.dim, v, indices, seq_has_values, |x| x as f32),
-                    Values::F64(v) => read_sparse(s, p, info.dim, v, indices, seq_has_values, |x| x),
+                    Values::F32(v) => read_sparse(ext, n, p, info.dim, v, indices, seq_has_values, |x| x as f32),
+                    Values::F64(v) => read_sparse(ext, n, p, info.dim, v, indices, seq_has_values, |x| x),
                 };
                 if r.is_ok() {
                     sample_offsets.push(indices.len() as u64);
@@ -755,8 +757,10 @@ fn nth_number(s: &[u8], mut p: usize, k: usize) -> Option<usize> {
 /// Reads a sparse entry list starting at `p`. `seq_has_values`: this stream already has entries in the
 /// current sequence (CNTK's end-of-file rule, CTF.md §5.2).
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn read_sparse<T: Copy>(
-    s: &[u8],
+    ext: &[u8],
+    n: usize,
     mut p: usize,
     dim: usize,
     v: &mut Vec<T>,
@@ -765,7 +769,7 @@ fn read_sparse<T: Copy>(
     conv: impl Fn(f64) -> T,
 ) -> Result<Done, Fail> {
     let start = v.len();
-    let n = s.len();
+    let s = &ext[..n];
     let fail = |v: &mut Vec<T>, idx: &mut Vec<i32>, at, kind| {
         v.truncate(start);
         idx.truncate(start);
@@ -788,6 +792,11 @@ fn read_sparse<T: Copy>(
         }
         if !c.is_ascii_digit() {
             return fail(v, idx, p, FailKind::IndexExpected(Some(c)));
+        }
+        let q = sparse_run(s, p, dim, v, idx, &conv);
+        if q != p {
+            p = q;
+            continue;
         }
         let (index, q) = match short_digit_run(s, p) {
             Some(r) => r,
@@ -814,6 +823,43 @@ fn read_sparse<T: Copy>(
             Err(e) => return fail(v, idx, e.at, FailKind::Number(e)),
         }
     }
+}
+
+/// The common sparse entry `index:d ` (an index of 1–7 digits, a one-digit value, one space) in a tight
+/// loop, from `p` (a digit) on, while 16 bytes of the sequence remain. Returns where it stopped: at the
+/// first entry of another form (or too close to the end), which the careful loop of [`read_sparse`]
+/// then reads. Every entry taken reads as that loop reads it: the index as [`short_digit_run`] (below
+/// `dim`), the value as [`parse_number`] reads a digit followed by a space.
+#[inline(always)]
+fn sparse_run<T: Copy>(
+    s: &[u8],
+    mut p: usize,
+    dim: usize,
+    v: &mut Vec<T>,
+    idx: &mut Vec<i32>,
+    conv: &impl Fn(f64) -> T,
+) -> usize {
+    while let Some(b) = s.get(p..p + 16) {
+        let b: &[u8; 16] = b.try_into().expect("16 bytes");
+        let word = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let len = leading_digits(word);
+        if len == 0 || len == 8 {
+            break;
+        }
+        let l = len as usize;
+        let d = b[l + 1].wrapping_sub(b'0');
+        if b[l] != b':' || d > 9 || b[l + 2] != b' ' {
+            break;
+        }
+        let index = swar_value(word, len);
+        if index >= dim as u64 {
+            break;
+        }
+        v.push(conv(f64::from(d)));
+        idx.push(index as i32);
+        p += l + 3;
+    }
+    p
 }
 
 /// Parses a whole in-memory file with a schema (tests and small inputs): index, then every chunk.
