@@ -203,6 +203,52 @@ pub fn encode_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Result<(), 
     Ok(())
 }
 
+/// [`encode_record_to`] for a sequence already found encodable (its chunk passed [`check_chunk_fast`], or
+/// it passed [`check_sequence`]): the same bytes without repeating those checks (index ranges, count
+/// limits, decreasing offsets), which cost as much as the copy on short records. What is read is still
+/// looked up safely: data that break the promise get an error (or wrong bytes), never a panic.
+pub fn encode_checked_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Result<(), Error> {
+    let broken = || bad(s, "the data changed after they were checked");
+    let (a, b) = match (d.sequence_offsets.get(s), d.sequence_offsets.get(s + 1)) {
+        (Some(&a), Some(&b)) if a <= b => (a as usize, b as usize),
+        _ => return Err(broken()),
+    };
+    let n = (b - a) as u32;
+    let es = d.values.element_type().size_bytes();
+    match &d.layout {
+        Layout::Dense => {
+            let (e0, e1) = (a.wrapping_mul(d.dim), b.wrapping_mul(d.dim));
+            if e0 > e1 || e1 > d.values.len() || dst.len() != 4 + (e1 - e0) * es {
+                return Err(broken());
+            }
+            let (head, rest) = dst.split_at_mut(4);
+            head.copy_from_slice(&n.to_le_bytes());
+            write_values(rest, &d.values, e0..e1);
+        }
+        Layout::Sparse { indices, sample_offsets } => {
+            let offs = sample_offsets.get(a..=b).ok_or_else(broken)?;
+            let (e0, e1) = (offs[0] as usize, offs[b - a] as usize);
+            let nv = e1.wrapping_sub(e0);
+            if e0 > e1 || e1 > d.values.len().min(indices.len()) || dst.len() != 8 + nv * (es + 4) + 4 * (b - a) {
+                return Err(broken());
+            }
+            let (head, rest) = dst.split_at_mut(8);
+            head[..4].copy_from_slice(&n.to_le_bytes());
+            head[4..].copy_from_slice(&(nv as u32).to_le_bytes());
+            let (vals, rest) = rest.split_at_mut(nv * es);
+            let (idx_out, counts) = rest.split_at_mut(nv * 4);
+            write_values(vals, &d.values, e0..e1);
+            for (o, &x) in idx_out.chunks_exact_mut(4).zip(&indices[e0..e1]) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+            for (o, w) in counts.chunks_exact_mut(4).zip(offs.windows(2)) {
+                o.copy_from_slice(&(w[1].wrapping_sub(w[0]) as u32).to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks that sequence `s` of every stream can be encoded (what [`encode_record`] checks, without
 /// writing anything) and returns its size in a chunk, as [`sequence_len_bytes`].
 pub fn check_sequence(data: &ChunkData, s: usize) -> Result<u64, Error> {

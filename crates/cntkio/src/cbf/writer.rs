@@ -1,7 +1,7 @@
 //! [`CbfWriter`]: sequences in, a CBF file out.
 
 use super::sink::Sink;
-use cntkio_core::cbf::{check_chunk_fast, check_sequence, encode_header, encode_prefix, encode_record_to};
+use cntkio_core::cbf::{check_chunk_fast, check_sequence, encode_checked_record_to, encode_header, encode_prefix};
 use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
 use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
 use std::ops::Range;
@@ -491,7 +491,7 @@ impl CbfWriter {
                 for s in r.clone() {
                     let len = usize::try_from(valid_record_len(d, s))
                         .map_err(|_| Error::config("a record too large for memory"))?;
-                    sink.put_with(len, |dst| encode_record_to(d, s, dst)).map_err(io)??;
+                    sink.put_with(len, |dst| encode_checked_record_to(d, s, dst)).map_err(io)??;
                 }
             }
         }
