@@ -79,18 +79,21 @@ const POW10_EXACT: [f64; 23] = [
 /// Number of leading ASCII digits in an 8-byte little-endian word (0..=8).
 #[inline(always)]
 pub(crate) fn leading_digits(word: u64) -> u32 {
-    const HI: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    const THREES: u64 = 0x3030_3030_3030_3030;
-    // A byte is a digit iff its high nibble is 3 and adding 6 keeps it 3. Carries out of a byte only
-    // come from non-digit bytes (>= 0xFA) and only disturb later bytes, which are not counted.
-    let bad = ((word & HI) ^ THREES) | ((word.wrapping_add(0x0606_0606_0606_0606) & HI) ^ THREES);
+    // `t` holds each byte's value minus '0' when it is a digit: a byte is a digit iff its `t` byte is
+    // below 10, i.e. neither its high bit nor that of `t + 0x76` is set. A `t` byte of 0x8A or more
+    // carries into the next byte, but only a non-digit does that and only later bytes change, which
+    // are not counted.
+    let t = word ^ 0x3030_3030_3030_3030;
+    let bad = (t.wrapping_add(0x7676_7676_7676_7676) | t) & 0x8080_8080_8080_8080;
     bad.trailing_zeros() / 8
 }
 
 /// Value of the first `n` (1..=8) digits of `word` (first digit in the lowest byte).
 #[inline(always)]
 pub(crate) fn swar_value(word: u64, n: u32) -> u64 {
-    let digits = word.wrapping_sub(0x3030_3030_3030_3030);
+    // The digits' values (the same `xor` as in `leading_digits`, so the two share it); the bytes after
+    // the n-th, whatever they hold, are shifted out below.
+    let digits = word ^ 0x3030_3030_3030_3030;
     // Keep n bytes and move them to the top: the zero bytes below act as leading zeros.
     let v = digits << (64 - 8 * n);
     // Combine pairs, then quads, then the halves (first digit most significant).
@@ -457,6 +460,38 @@ mod tests {
         assert_eq!(leading_digits(u64::from_le_bytes(*b"\xFA9999999")), 0);
         assert_eq!(leading_digits(u64::from_le_bytes(*b"9\xFA999999")), 1);
         assert_eq!(leading_digits(u64::from_le_bytes(*b"1234:/;9")), 4);
+        // Every byte value at every position after digits, and random words, against a byte loop.
+        let naive = |w: [u8; 8]| w.iter().take_while(|c| c.is_ascii_digit()).count() as u32;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for at in 0..8 {
+            for b in 0..=255u8 {
+                for fill in [b'7', b'\xFF', b'0', b' '] {
+                    let mut w = [b'5'; 8];
+                    w[at] = b;
+                    for c in w.iter_mut().skip(at + 1) {
+                        *c = fill;
+                    }
+                    assert_eq!(leading_digits(u64::from_le_bytes(w)), naive(w), "{w:?}");
+                }
+            }
+        }
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut w = x.to_le_bytes();
+            for c in w.iter_mut() {
+                if *c & 1 == 0 {
+                    *c = b'0' + *c % 10;
+                }
+            }
+            let n = naive(w);
+            assert_eq!(leading_digits(u64::from_le_bytes(w)), n, "{w:?}");
+            if n > 0 {
+                let want = w[..n as usize].iter().fold(0u64, |a, &c| a * 10 + u64::from(c - b'0'));
+                assert_eq!(swar_value(u64::from_le_bytes(w), n), want, "{w:?}");
+            }
+        }
     }
 
     #[test]
