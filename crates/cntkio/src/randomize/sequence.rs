@@ -24,6 +24,65 @@ pub struct RandomizedSequence {
     pub home: u32,
 }
 
+/// A position of the shuffle: the sequence there, as its home (the randomized position of its chunk) and
+/// its index in that chunk. 8 bytes, so that the window's positions, which the shuffle reads and writes at
+/// random places, take a third of the cache they took as [`RandomizedSequence`]s; the rest of a sequence
+/// is found through its home when it is handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    home: u32,
+    index: u32,
+}
+
+/// The sequences of one loaded chunk, by index in the chunk.
+#[derive(Debug, Clone)]
+enum Infos {
+    /// All of length `num_samples`, with keys `first_key`, `first_key + 1`, … (as in CBF files, and CTF
+    /// files with consecutive ids): found by arithmetic, with no table to read.
+    Uniform { first_key: u64, num_samples: u32, count: u32 },
+    /// As listed by the source.
+    Listed(Vec<SequenceInfo>),
+}
+
+impl Infos {
+    fn new(list: &mut Vec<SequenceInfo>) -> Infos {
+        let first_key = list.first().map_or(0, |s| s.key);
+        let num_samples = list.first().map_or(0, |s| s.num_samples);
+        let uniform = u32::try_from(list.len()).is_ok()
+            && list
+                .iter()
+                .enumerate()
+                .all(|(k, s)| s.num_samples == num_samples && first_key.checked_add(k as u64) == Some(s.key));
+        if uniform {
+            Infos::Uniform { first_key, num_samples, count: list.len() as u32 }
+        } else {
+            Infos::Listed(std::mem::take(list))
+        }
+    }
+
+    /// `(num_samples, key)` of sequence `index`.
+    #[inline]
+    fn get(&self, index: u32) -> (u32, u64) {
+        match self {
+            Infos::Uniform { first_key, num_samples, count } => {
+                debug_assert!(index < *count);
+                (*num_samples, first_key + u64::from(index))
+            }
+            Infos::Listed(v) => {
+                let s = v[index as usize];
+                (s.num_samples, s.key)
+            }
+        }
+    }
+}
+
+/// A loaded chunk: its original index and sequences.
+#[derive(Debug, Clone)]
+struct Home {
+    original: u32,
+    infos: Infos,
+}
+
 /// Shuffles the sequences of one sweep chunk window by chunk window, as the read cursor advances.
 ///
 /// It owns the [`ChunkRandomizer`] of the sweep. Sequence positions are finalized lazily
@@ -34,7 +93,11 @@ pub struct SequenceRandomizer {
     chunks: ChunkRandomizer,
     rng: Mt19937_64,
     /// Sequences at the positions of the randomized chunks `first_retained .. loaded_end`.
-    window: VecDeque<Vec<RandomizedSequence>>,
+    window: VecDeque<Vec<Slot>>,
+    /// The loaded chunks `first_home .. loaded_end` (by randomized position): what the slots name. A chunk
+    /// stays while a retained position may hold one of its sequences (see `release`).
+    homes: VecDeque<Home>,
+    first_home: usize,
     /// `(start, count)` on the sweep's sample timeline of the finalized chunks
     /// `first_retained .. finalized`.
     ranges: VecDeque<(u64, u64)>,
@@ -63,6 +126,8 @@ impl SequenceRandomizer {
             chunks,
             rng: Mt19937_64::new(0),
             window: VecDeque::new(),
+            homes: VecDeque::new(),
+            first_home: 0,
             ranges: VecDeque::new(),
             first_retained: 0,
             finalized: 0,
@@ -92,6 +157,8 @@ impl SequenceRandomizer {
     pub fn reset<S: SequenceSource + ?Sized>(&mut self, seed: u64, source: &S) -> Result<(), Error> {
         self.rng.seed(seed);
         self.window.clear();
+        self.homes.clear();
+        self.first_home = 0;
         self.ranges.clear();
         self.first_retained = 0;
         self.finalized = 0;
@@ -147,19 +214,8 @@ impl SequenceRandomizer {
             let info = self.chunks.original()[c.original as usize];
             load_sequences(source, c.original, info.num_sequences, &mut self.scratch)?;
             let home = i as u32;
-            self.window.push_back(
-                self.scratch
-                    .iter()
-                    .enumerate()
-                    .map(|(k, s)| RandomizedSequence {
-                        chunk: c.original,
-                        index: k as u32,
-                        num_samples: s.num_samples,
-                        key: s.key,
-                        home,
-                    })
-                    .collect(),
-            );
+            self.window.push_back((0..self.scratch.len() as u32).map(|index| Slot { home, index }).collect());
+            self.homes.push_back(Home { original: c.original, infos: Infos::new(&mut self.scratch) });
         }
         self.loaded_end = new_loaded_end;
 
@@ -196,7 +252,7 @@ impl SequenceRandomizer {
 
         let count = self.window[self.finalized - self.first_retained]
             .iter()
-            .fold(0u64, |acc, s| acc.saturating_add(u64::from(s.num_samples)));
+            .fold(0u64, |acc, &s| acc.saturating_add(u64::from(self.info(s).0)));
         let start = self.ranges.back().map_or(0, |&(s, c)| s.saturating_add(c));
         self.ranges.push_back((start, count));
         self.finalized += 1;
@@ -238,6 +294,20 @@ impl SequenceRandomizer {
         std::hint::black_box(acc);
     }
 
+    /// `(num_samples, key)` of the sequence in `slot`.
+    #[inline]
+    fn info(&self, slot: Slot) -> (u32, u64) {
+        self.homes[slot.home as usize - self.first_home].infos.get(slot.index)
+    }
+
+    /// The sequence in `slot`, whole.
+    #[inline]
+    fn sequence(&self, slot: Slot) -> RandomizedSequence {
+        let h = &self.homes[slot.home as usize - self.first_home];
+        let (num_samples, key) = h.infos.get(slot.index);
+        RandomizedSequence { chunk: h.original, index: slot.index, num_samples, key, home: slot.home }
+    }
+
     /// Frees the chunks left of both the current chunk's window and the cursor.
     fn release(&mut self) {
         let r = self.chunks.chunks();
@@ -252,6 +322,14 @@ impl SequenceRandomizer {
             self.ranges.pop_front();
             self.first_retained += 1;
             cand += 1;
+        }
+        // The shuffle keeps every sequence at a position whose chunk's window holds its home, so the
+        // retained positions (of chunks from `first_retained` on) hold sequences of chunks from the first
+        // retained chunk's window begin on (window begins do not decrease).
+        let keep_from = r.get(self.first_retained).map_or(self.first_retained, |c| c.window_begin as usize);
+        while self.first_home < keep_from.min(self.first_retained) {
+            self.homes.pop_front();
+            self.first_home += 1;
         }
     }
 
@@ -278,7 +356,7 @@ impl SequenceRandomizer {
                 continue;
             }
             let offset = (self.cur_sequence - c.sequence_start) as usize;
-            let s = self.window[self.cur_chunk - self.first_retained][offset];
+            let s = self.sequence(self.window[self.cur_chunk - self.first_retained][offset]);
             if !take(&s) {
                 break;
             }
