@@ -54,6 +54,9 @@ pub(crate) struct RawStream {
     f64: bool,
     /// Where each sequence's record starts in the chunk's bytes.
     records: Records,
+    /// The number of samples of every sequence, if they all have the same (then a dense sequence's values
+    /// are found without reading its record's header).
+    same_len: Option<u32>,
 }
 
 /// Record offsets of one stream of a chunk (chunks of 4 GiB or more are decoded instead).
@@ -242,7 +245,8 @@ fn walk_cbf(file: &CbfFile, k: usize, bytes: &[u8]) -> Option<(Vec<RawStream>, u
         let dim = sh.dim as usize;
         let sparse = sh.format == StorageFormat::Sparse;
         let mut records = Records::Uniform { first: 0, stride: 0, count: 0 };
-        for _ in 0..s_count {
+        let mut same_len = None;
+        for k in 0..s_count {
             records.push(pos);
             let n = u32_at(bytes, pos)? as usize;
             if sparse {
@@ -289,8 +293,13 @@ fn walk_cbf(file: &CbfFile, k: usize, bytes: &[u8]) -> Option<(Vec<RawStream>, u
             }
             max_len = max_len.max(n as u64);
             has_empty |= n == 0;
+            if k == 0 {
+                same_len = Some(n as u32);
+            } else if same_len != Some(n as u32) {
+                same_len = None;
+            }
         }
-        streams.push(RawStream { sparse, dim, f64: sh.element_type == ElementType::F64, records });
+        streams.push(RawStream { sparse, dim, f64: sh.element_type == ElementType::F64, records, same_len });
     }
     Some((streams, max_len, has_empty))
 }
@@ -313,7 +322,7 @@ pub(crate) enum ChunkView<'a> {
     Cbf(&'a [u8], &'a [RawStream]),
 }
 
-impl ChunkView<'_> {
+impl<'a> ChunkView<'a> {
     /// Number of sequences.
     pub(crate) fn num_sequences(&self) -> usize {
         match self {
@@ -386,6 +395,28 @@ impl ChunkView<'_> {
         }
     }
 
+    /// The values of sequence `seq` of dense stream `stream` as they lie in the chunk (little-endian, of
+    /// the stream's element type), and its number of samples, when they are found without reading the
+    /// chunk's bytes: a CBF chunk whose sequences all have the same length in this stream. `None` otherwise
+    /// (then [`append`](Self::append) copies the sequence).
+    #[inline]
+    pub(crate) fn dense_bytes(self, stream: usize, seq: usize) -> Option<(&'a [u8], u32)> {
+        match self {
+            ChunkView::Cbf(b, streams) => {
+                let s = &streams[stream];
+                let n = s.same_len?;
+                if s.sparse {
+                    return None;
+                }
+                let start = s.records.get(seq) + 4;
+                let len = n as usize * s.dim * if s.f64 { 8 } else { 4 };
+                // In range: `walk_cbf` checked every record.
+                Some((&b[start..start + len], n))
+            }
+            ChunkView::Data(_) => None,
+        }
+    }
+
     /// Appends sequence `seq` of stream `stream` to `dst` (same storage format and element type).
     #[inline]
     pub(crate) fn append(&self, stream: usize, seq: usize, dst: &mut StreamData) {
@@ -425,11 +456,9 @@ impl ChunkView<'_> {
 
 /// Appends little-endian values of `v`'s element type.
 #[inline]
-fn extend_le(v: &mut Values, raw: &[u8]) {
+pub(crate) fn extend_le(v: &mut Values, raw: &[u8]) {
     match v {
-        Values::F32(v) => v.extend(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
-        Values::F64(v) => {
-            v.extend(raw.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])))
-        }
+        Values::F32(v) => crate::hint::extend_f32_le(v, raw),
+        Values::F64(v) => crate::hint::extend_f64_le(v, raw),
     }
 }
