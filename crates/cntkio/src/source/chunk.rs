@@ -395,12 +395,12 @@ impl<'a> ChunkView<'a> {
         }
     }
 
-    /// The values of sequence `seq` of dense stream `stream` as they lie in the chunk (little-endian, of
-    /// the stream's element type), and its number of samples, when they are found without reading the
-    /// chunk's bytes: a CBF chunk whose sequences all have the same length in this stream. `None` otherwise
-    /// (then [`append`](Self::append) copies the sequence).
+    /// The values of sequence `seq` of dense stream `stream` and its number of samples, when they are found
+    /// without reading a CBF chunk's bytes: parsed data (its sequence offsets locate them), or a CBF chunk
+    /// whose sequences all have the same length in this stream. `None` otherwise (then
+    /// [`append`](Self::append) copies the sequence).
     #[inline]
-    pub(crate) fn dense_bytes(self, stream: usize, seq: usize) -> Option<(&'a [u8], u32)> {
+    pub(crate) fn dense_values(self, stream: usize, seq: usize) -> Option<(DenseValues<'a>, u32)> {
         match self {
             ChunkView::Cbf(b, streams) => {
                 let s = &streams[stream];
@@ -411,9 +411,24 @@ impl<'a> ChunkView<'a> {
                 let start = s.records.get(seq) + 4;
                 let len = n as usize * s.dim * if s.f64 { 8 } else { 4 };
                 // In range: `walk_cbf` checked every record.
-                Some((&b[start..start + len], n))
+                Some((DenseValues::Le(&b[start..start + len]), n))
             }
-            ChunkView::Data(_) => None,
+            ChunkView::Data(d) => {
+                let s = &d.streams[stream];
+                if !matches!(s.layout, Layout::Dense) {
+                    return None;
+                }
+                let (a, e) = (s.sequence_offsets[seq] as usize, s.sequence_offsets[seq + 1] as usize);
+                let n = u32::try_from(e - a).ok()?;
+                let r = a * s.dim..e * s.dim;
+                Some((
+                    match &s.values {
+                        Values::F32(v) => DenseValues::F32(&v[r]),
+                        Values::F64(v) => DenseValues::F64(&v[r]),
+                    },
+                    n,
+                ))
+            }
         }
     }
 
@@ -454,9 +469,42 @@ impl<'a> ChunkView<'a> {
     }
 }
 
+/// The values of a dense sequence in a loaded chunk ([`ChunkView::dense_values`]).
+#[derive(Clone, Copy)]
+pub(crate) enum DenseValues<'a> {
+    /// Little-endian, of the stream's element type (CBF).
+    Le(&'a [u8]),
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+}
+
+impl DenseValues<'_> {
+    /// Asks for the values' memory ([`crate::hint::prefetch`]).
+    #[inline]
+    pub(crate) fn prefetch(self) {
+        match self {
+            DenseValues::Le(b) => crate::hint::prefetch(b),
+            DenseValues::F32(v) => crate::hint::prefetch(v),
+            DenseValues::F64(v) => crate::hint::prefetch(v),
+        }
+    }
+
+    /// Appends the values to `v` (which has the stream's element type).
+    #[inline]
+    pub(crate) fn append_to(self, v: &mut Values) {
+        match (v, self) {
+            (v, DenseValues::Le(b)) => extend_le(v, b),
+            (Values::F32(v), DenseValues::F32(s)) => v.extend_from_slice(s),
+            (Values::F64(v), DenseValues::F64(s)) => v.extend_from_slice(s),
+            (Values::F32(v), DenseValues::F64(s)) => v.extend(s.iter().map(|&x| x as f32)),
+            (Values::F64(v), DenseValues::F32(s)) => v.extend(s.iter().map(|&x| f64::from(x))),
+        }
+    }
+}
+
 /// Appends little-endian values of `v`'s element type.
 #[inline]
-pub(crate) fn extend_le(v: &mut Values, raw: &[u8]) {
+fn extend_le(v: &mut Values, raw: &[u8]) {
     match v {
         Values::F32(v) => crate::hint::extend_f32_le(v, raw),
         Values::F64(v) => crate::hint::extend_f64_le(v, raw),
