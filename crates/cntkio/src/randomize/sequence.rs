@@ -83,6 +83,16 @@ struct Home {
     infos: Infos,
 }
 
+/// Whether every chunk of randomized chunk `c`'s window has the same window as `c` (windows begin and end
+/// in non-decreasing order, so it is enough that the first and the last do).
+#[inline]
+fn same_window(r: &[super::RandomizedChunk], c: usize) -> bool {
+    let w = (r[c].window_begin, r[c].window_end);
+    let first = &r[w.0 as usize];
+    let last = &r[w.1 as usize - 1];
+    (first.window_begin, first.window_end) == w && (last.window_begin, last.window_end) == w
+}
+
 /// Shuffles the sequences of one sweep chunk window by chunk window, as the read cursor advances.
 ///
 /// It owns the [`ChunkRandomizer`] of the sweep. Sequence positions are finalized lazily
@@ -92,8 +102,11 @@ struct Home {
 pub struct SequenceRandomizer {
     chunks: ChunkRandomizer,
     rng: Mt19937_64,
-    /// Sequences at the positions of the randomized chunks `first_retained .. loaded_end`.
-    window: VecDeque<Vec<Slot>>,
+    /// Sequences at the positions of the randomized chunks `first_retained .. loaded_end`, one after
+    /// another: position `t` at index `t - window_base`.
+    window: VecDeque<Slot>,
+    /// The first position of chunk `first_retained`.
+    window_base: u64,
     /// The loaded chunks `first_home .. loaded_end` (by randomized position): what the slots name. A chunk
     /// stays while a retained position may hold one of its sequences (see `release`).
     homes: VecDeque<Home>,
@@ -126,6 +139,7 @@ impl SequenceRandomizer {
             chunks,
             rng: Mt19937_64::new(0),
             window: VecDeque::new(),
+            window_base: 0,
             homes: VecDeque::new(),
             first_home: 0,
             ranges: VecDeque::new(),
@@ -157,6 +171,7 @@ impl SequenceRandomizer {
     pub fn reset<S: SequenceSource + ?Sized>(&mut self, seed: u64, source: &S) -> Result<(), Error> {
         self.rng.seed(seed);
         self.window.clear();
+        self.window_base = 0;
         self.homes.clear();
         self.first_home = 0;
         self.ranges.clear();
@@ -191,10 +206,10 @@ impl SequenceRandomizer {
         self.chunks.chunks().last().map_or(0, |c| c.sequence_end)
     }
 
-    /// The sequence at sequence position `t` of randomized chunk `chunk` (must be loaded).
-    fn slot(&self, chunk: usize, t: u64) -> (usize, usize) {
-        let offset = t - self.chunks.chunks()[chunk].sequence_start;
-        (chunk - self.first_retained, offset as usize)
+    /// The index in `window` of sequence position `t` (of a loaded chunk).
+    #[inline]
+    fn slot(&self, t: u64) -> usize {
+        (t - self.window_base) as usize
     }
 
     /// Finalize-next: if the read cursor has entered the first non-final chunk, shuffle the positions
@@ -214,44 +229,56 @@ impl SequenceRandomizer {
             let info = self.chunks.original()[c.original as usize];
             load_sequences(source, c.original, info.num_sequences, &mut self.scratch)?;
             let home = i as u32;
-            self.window.push_back((0..self.scratch.len() as u32).map(|index| Slot { home, index }).collect());
+            self.window.extend((0..self.scratch.len() as u32).map(|index| Slot { home, index }));
             self.homes.push_back(Home { original: c.original, infos: Infos::new(&mut self.scratch) });
         }
         self.loaded_end = new_loaded_end;
 
         let first = if self.rand_cursor == 0 { 0 } else { r[self.rand_cursor - 1].sequence_end };
         let end = r[next_rand - 1].sequence_end;
+        let mut ci = self.chunks.chunk_of_sequence(first);
         for t in first..end {
             if (t - first) % TOUCH_BLOCK == 0 {
                 self.touch_partners(t, end.min(t + TOUCH_BLOCK));
             }
-            let ci = self.chunks.chunk_of_sequence(t);
+            // The chunk of position `t` (the same as `chunk_of_sequence(t)`, found by walking on).
+            while r[ci].sequence_end <= t {
+                ci += 1;
+            }
             let c = r[ci];
             let lo = r[c.window_begin as usize].sequence_start;
             let hi = r[c.window_end as usize - 1].sequence_end;
-            let (tw, to) = self.slot(ci, t);
+            let ti = self.slot(t);
+            if same_window(r, ci) {
+                // Every chunk of the window has this window, and every sequence in it has its home there
+                // (the invariant the checks below keep), so no draw is rejected: the checks are skipped.
+                let j = self.rng.next_in(lo, hi);
+                let ji = self.slot(j);
+                self.window.swap(ti, ji);
+                continue;
+            }
             loop {
                 let j = self.rng.next_in(lo, hi);
                 let cj = self.chunks.chunk_of_sequence(j);
-                let (jw, jo) = self.slot(cj, j);
-                let home_j = self.window[jw][jo].home;
+                let ji = self.slot(j);
+                let home_j = self.window[ji].home;
                 if !(c.window_begin..c.window_end).contains(&home_j) {
                     continue;
                 }
-                let home_t = self.window[tw][to].home;
+                let home_t = self.window[ti].home;
                 let w = r[cj];
                 if !(w.window_begin..w.window_end).contains(&home_t) {
                     continue;
                 }
-                let a = self.window[tw][to];
-                self.window[tw][to] = self.window[jw][jo];
-                self.window[jw][jo] = a;
+                self.window.swap(ti, ji);
                 break;
             }
         }
 
-        let count = self.window[self.finalized - self.first_retained]
-            .iter()
+        let f = r[self.finalized];
+        let count = self
+            .window
+            .range(self.slot(f.sequence_start)..self.slot(f.sequence_end))
             .fold(0u64, |acc, &s| acc.saturating_add(u64::from(self.info(s).0)));
         let start = self.ranges.back().map_or(0, |&(s, c)| s.saturating_add(c));
         self.ranges.push_back((start, count));
@@ -267,7 +294,7 @@ impl SequenceRandomizer {
         let r = self.chunks.chunks();
         // First the addresses (arithmetic only), then the loads in a tight loop, so that they are all in
         // flight together.
-        let mut at = [(usize::MAX, 0usize); TOUCH_BLOCK as usize];
+        let mut at = [usize::MAX; TOUCH_BLOCK as usize];
         let mut ci = self.chunks.chunk_of_sequence(t0);
         for (k, t) in (t0..t1).enumerate() {
             let Some(v) = self.rng.peek(k) else { break };
@@ -279,15 +306,14 @@ impl SequenceRandomizer {
             let hi = r[c.window_end as usize - 1].sequence_end;
             if hi > lo {
                 let j = lo + v % (hi - lo);
-                let cj = self.chunks.chunk_of_sequence(j);
-                if let Some(w) = cj.checked_sub(self.first_retained) {
-                    at[k] = (w, (j - r[cj].sequence_start) as usize);
+                if let Some(i) = j.checked_sub(self.window_base) {
+                    at[k] = i as usize;
                 }
             }
         }
         let mut acc = 0u32;
-        for &(w, o) in &at {
-            if let Some(s) = self.window.get(w).and_then(|w| w.get(o)) {
+        for &i in &at {
+            if let Some(s) = self.window.get(i) {
                 acc = acc.wrapping_add(s.home);
             }
         }
@@ -318,7 +344,9 @@ impl SequenceRandomizer {
         let cur = self.cur_chunk.min(n - 1);
         let mut cand = self.first_retained;
         while cand < n && cand < r[cur].window_begin as usize && r[cand].window_end as usize <= self.cur_chunk {
-            self.window.pop_front();
+            let count = r[cand].num_sequences();
+            self.window.drain(..count as usize);
+            self.window_base += count;
             self.ranges.pop_front();
             self.first_retained += 1;
             cand += 1;
@@ -355,8 +383,7 @@ impl SequenceRandomizer {
                 self.advance_chunk(source)?;
                 continue;
             }
-            let offset = (self.cur_sequence - c.sequence_start) as usize;
-            let s = self.sequence(self.window[self.cur_chunk - self.first_retained][offset]);
+            let s = self.sequence(self.window[self.slot(self.cur_sequence)]);
             if !take(&s) {
                 break;
             }
