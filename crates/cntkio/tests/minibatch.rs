@@ -249,9 +249,10 @@ fn cbf_source_matches_its_ctf_twin() {
     }
 }
 
-/// CBF chunks whose sequences all have the same length in a stream (their values are located without
-/// reading the chunk) next to chunks whose lengths vary: the same minibatches as the CTF twin, read and
-/// mapped, randomized or not, with minibatches mixing both kinds of chunk.
+/// CBF and CTF chunks whose sequences all have the same length in a stream (their values are located
+/// without reading the chunk's offsets or records) next to chunks whose lengths vary: the same minibatches
+/// from CBF (read and mapped) and CTF in file order, every sequence as parsed in any order, with minibatches
+/// mixing both kinds of chunk.
 #[test]
 fn cbf_chunks_of_equal_and_varying_lengths_match_their_ctf_twin() {
     let dir = tempfile::tempdir().unwrap();
@@ -292,6 +293,8 @@ fn cbf_chunks_of_equal_and_varying_lengths_match_their_ctf_twin() {
         Arc::new(CbfSource::open_with(&bin, &cntkio::cbf::CbfOptions::default().mmap(true)).unwrap());
     assert!(read.chunks().len() > 6, "{}", read.chunks().len());
     let c = ctf(&p, &streams, 1 << 20);
+    let small = ctf(&p, &streams, 400);
+    assert!(small.chunks().len() > 6, "{}", small.chunks().len());
     for (randomize, window) in [(false, Window::Chunks(0)), (true, Window::Chunks(128)), (true, Window::Chunks(2))] {
         for mb in [1, 7, 64, 1000] {
             // The CTF twin has one chunk: only the order in file order is the same as the CBF file's; with
@@ -300,11 +303,13 @@ fn cbf_chunks_of_equal_and_varying_lengths_match_their_ctf_twin() {
             let a = drain(&mut MinibatchSource::new(read.clone(), conf.clone()).unwrap(), mb, 10_000);
             let b = drain(&mut MinibatchSource::new(mapped.clone(), conf.clone()).unwrap(), mb, 10_000);
             assert_eq!(a, b);
+            let t = drain(&mut MinibatchSource::new(small.clone(), conf.clone()).unwrap(), mb, 10_000);
             if !randomize {
                 assert_eq!(a, drain(&mut MinibatchSource::new(c.clone(), conf).unwrap(), mb, 10_000));
+                assert_eq!(a, t);
             }
             // Every sequence as the parsed data has it.
-            for batch in &a {
+            for batch in a.iter().chain(&t) {
                 for (i, &key) in batch.data.keys.iter().enumerate() {
                     for (st, d) in batch.data.streams.iter().enumerate() {
                         let mut want = cntkio::StreamData::new(d.format(), d.dim, d.values.element_type());

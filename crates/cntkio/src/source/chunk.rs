@@ -24,7 +24,8 @@ pub struct SourceChunk {
 
 #[derive(Debug)]
 enum Repr {
-    Data(Arc<ChunkData>),
+    /// Parsed data, and per stream the number of samples of every sequence if they all have the same.
+    Data(Arc<ChunkData>, Vec<Option<u64>>),
     Cbf(CbfChunk),
 }
 
@@ -109,20 +110,27 @@ impl SourceChunk {
     pub fn from_data(data: Arc<ChunkData>) -> SourceChunk {
         let mut max_len = 0;
         let mut has_empty = false;
+        let mut same_len = Vec::with_capacity(data.streams.len());
         for s in &data.streams {
+            let mut same = s.sequence_offsets.get(1).map(|&o| o - s.sequence_offsets[0]);
             for w in s.sequence_offsets.windows(2) {
                 let n = w[1] - w[0];
                 max_len = max_len.max(n);
                 has_empty |= n == 0;
+                if same != Some(n) {
+                    same = None;
+                }
             }
+            // Sequence `i` then starts at sample `i * n` (offsets start at 0).
+            same_len.push(same.filter(|_| s.sequence_offsets.first() == Some(&0)));
         }
-        SourceChunk { repr: Repr::Data(data), max_len, has_empty }
+        SourceChunk { repr: Repr::Data(data, same_len), max_len, has_empty }
     }
 
     /// Number of sequences.
     pub fn num_sequences(&self) -> usize {
         match &self.repr {
-            Repr::Data(d) => d.num_sequences(),
+            Repr::Data(d, _) => d.num_sequences(),
             Repr::Cbf(c) => c.streams.first().map_or(0, |s| s.records.len()),
         }
     }
@@ -130,7 +138,7 @@ impl SourceChunk {
     /// The parsed data, if the chunk holds parsed data.
     pub fn data(&self) -> Option<&Arc<ChunkData>> {
         match &self.repr {
-            Repr::Data(d) => Some(d),
+            Repr::Data(d, _) => Some(d),
             Repr::Cbf(_) => None,
         }
     }
@@ -148,7 +156,7 @@ impl SourceChunk {
     /// A borrowed view for reading sequences.
     pub(crate) fn view(&self) -> ChunkView<'_> {
         match &self.repr {
-            Repr::Data(d) => ChunkView::Data(d),
+            Repr::Data(d, same) => ChunkView::Data(d, same),
             Repr::Cbf(c) => {
                 let bytes = match &c.bytes {
                     Bytes::Owned(v) => &v[..],
@@ -318,7 +326,7 @@ fn u32_le(bytes: &[u8], pos: usize) -> u32 {
 /// A loaded chunk, borrowed for one minibatch.
 #[derive(Clone, Copy)]
 pub(crate) enum ChunkView<'a> {
-    Data(&'a ChunkData),
+    Data(&'a ChunkData, &'a [Option<u64>]),
     Cbf(&'a [u8], &'a [RawStream]),
 }
 
@@ -326,7 +334,7 @@ impl<'a> ChunkView<'a> {
     /// Number of sequences.
     pub(crate) fn num_sequences(&self) -> usize {
         match self {
-            ChunkView::Data(d) => d.num_sequences(),
+            ChunkView::Data(d, _) => d.num_sequences(),
             ChunkView::Cbf(_, s) => s.first().map_or(0, |s| s.records.len()),
         }
     }
@@ -335,7 +343,7 @@ impl<'a> ChunkView<'a> {
     #[inline]
     pub(crate) fn sequence_len(&self, stream: usize, seq: usize) -> u64 {
         match self {
-            ChunkView::Data(d) => d.streams[stream].sequence_len(seq),
+            ChunkView::Data(d, _) => d.streams[stream].sequence_len(seq),
             ChunkView::Cbf(b, s) => u64::from(u32_le(b, s[stream].records.get(seq))),
         }
     }
@@ -347,7 +355,10 @@ impl<'a> ChunkView<'a> {
     #[inline]
     pub(crate) fn prefetch_locator(&self, stream: usize, seq: usize) {
         match self {
-            ChunkView::Data(d) => {
+            ChunkView::Data(d, same) => {
+                if same[stream].is_some() {
+                    return;
+                }
                 let o = &d.streams[stream].sequence_offsets;
                 crate::hint::prefetch(o.get(seq..(seq + 2).min(o.len())).unwrap_or_default());
             }
@@ -364,7 +375,7 @@ impl<'a> ChunkView<'a> {
     #[inline]
     pub(crate) fn prefetch(&self, stream: usize, seq: usize) {
         match self {
-            ChunkView::Data(d) => {
+            ChunkView::Data(d, _) => {
                 let s = &d.streams[stream];
                 let (Some(&a), Some(&b)) = (s.sequence_offsets.get(seq), s.sequence_offsets.get(seq + 1)) else {
                     return;
@@ -413,12 +424,16 @@ impl<'a> ChunkView<'a> {
                 // In range: `walk_cbf` checked every record.
                 Some((DenseValues::Le(&b[start..start + len]), n))
             }
-            ChunkView::Data(d) => {
+            ChunkView::Data(d, same) => {
                 let s = &d.streams[stream];
                 if !matches!(s.layout, Layout::Dense) {
                     return None;
                 }
-                let (a, e) = (s.sequence_offsets[seq] as usize, s.sequence_offsets[seq + 1] as usize);
+                let (a, e) = match same[stream] {
+                    // Without reading the offsets (a random place in memory).
+                    Some(n) => (seq * n as usize, (seq + 1) * n as usize),
+                    None => (s.sequence_offsets[seq] as usize, s.sequence_offsets[seq + 1] as usize),
+                };
                 let n = u32::try_from(e - a).ok()?;
                 let r = a * s.dim..e * s.dim;
                 Some((
@@ -436,7 +451,7 @@ impl<'a> ChunkView<'a> {
     #[inline]
     pub(crate) fn append(&self, stream: usize, seq: usize, dst: &mut StreamData) {
         match self {
-            ChunkView::Data(d) => super::append_sequence(dst, &d.streams[stream], seq),
+            ChunkView::Data(d, _) => super::append_sequence(dst, &d.streams[stream], seq),
             ChunkView::Cbf(b, streams) => {
                 let s = &streams[stream];
                 let rec = s.records.get(seq);
