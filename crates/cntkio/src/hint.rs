@@ -1,5 +1,5 @@
-//! A hint to the processor: bring memory into the cache ahead of use (the second module of cntkio with
-//! `unsafe` code, one line of it).
+//! Hints to the processor and copies that cost one `memcpy` (the second module of cntkio with `unsafe`
+//! code: one line to bring memory into the cache, and one byte copy per element type).
 //!
 //! Minibatches copy sequences from random places of loaded chunks; a copy that waits for each miss in turn
 //! runs at memory latency. Asking for the next sequences' lines while copying the current one keeps
@@ -32,6 +32,44 @@ pub(crate) fn prefetch<T>(s: &[T]) {
     let _ = s;
 }
 
+/// Defines a function appending the little-endian values of a byte slice to a `Vec` of a float type.
+macro_rules! extend_le {
+    ($name:ident, $t:ty, $size:literal) => {
+        /// Appends the little-endian values in `raw` (whose length must be a multiple of the value size) to
+        /// `v`: on little-endian targets one copy of the bytes (measured: a dense CBF minibatch's values
+        /// copied element by element cost about 8 % more of the caller's time, `cntkio batches … --bench`).
+        ///
+        /// # Panics
+        ///
+        /// If `raw.len()` is not a multiple of the value size.
+        #[inline]
+        pub(crate) fn $name(v: &mut Vec<$t>, raw: &[u8]) {
+            assert!(raw.len() % $size == 0, "a whole number of values");
+            let n = raw.len() / $size;
+            #[cfg(target_endian = "little")]
+            {
+                v.reserve(n);
+                let len = v.len();
+                // SAFETY: `reserve` made room for `n` more values after the `len` initialized ones, so the
+                // destination (`n * $size == raw.len()` bytes from the end of the initialized part) lies in
+                // `v`'s allocation, and it cannot overlap `raw` (which `v` does not own while borrowed
+                // mutably). Every bit pattern is a valid float, and on a little-endian target the bytes of a
+                // little-endian value are its in-memory representation, so the `n` values after `len` are
+                // initialized to exactly what `from_le_bytes` would give before `set_len` exposes them.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(raw.as_ptr(), v.as_mut_ptr().add(len).cast::<u8>(), raw.len());
+                    v.set_len(len + n);
+                }
+            }
+            #[cfg(not(target_endian = "little"))]
+            v.extend(raw.chunks_exact($size).map(|c| <$t>::from_le_bytes(c.try_into().expect("value size"))));
+        }
+    };
+}
+
+extend_le!(extend_f32_le, f32, 4);
+extend_le!(extend_f64_le, f64, 8);
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -44,5 +82,49 @@ mod tests {
         let f = vec![1.5f64; 1000];
         super::prefetch(&f[7..]);
         assert_eq!(v[9_999], (9_999u32 % 256) as u8);
+    }
+
+    #[test]
+    fn extend_le_is_from_le_bytes() {
+        // Every kind of bit pattern (NaNs with payloads, infinities, subnormals, -0), at unaligned offsets,
+        // appended after existing values, with and without spare capacity.
+        let raw: Vec<u8> = (0..4099u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for off in 0..8 {
+            for len in [0usize, 8, 16, 64, 4000] {
+                let b = &raw[off..off + len];
+                let mut f = vec![1.5f32, -2.0];
+                let mut want = f.clone();
+                super::extend_f32_le(&mut f, b);
+                want.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+                assert_eq!(
+                    f.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                );
+                let mut d = Vec::with_capacity(1000);
+                d.push(7.0f64);
+                let mut want = d.clone();
+                super::extend_f64_le(&mut d, b);
+                want.extend(b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())));
+                assert_eq!(
+                    d.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                );
+            }
+        }
+        let specials =
+            [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, f32::MIN_POSITIVE / 2.0, f32::from_bits(0x7fc0_1234)];
+        let b: Vec<u8> = specials.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut f = Vec::new();
+        super::extend_f32_le(&mut f, &b);
+        assert_eq!(
+            f.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            specials.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "a whole number of values")]
+    fn extend_le_refuses_a_partial_value() {
+        super::extend_f32_le(&mut Vec::new(), &[1, 2, 3]);
     }
 }

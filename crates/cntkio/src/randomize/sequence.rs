@@ -24,6 +24,75 @@ pub struct RandomizedSequence {
     pub home: u32,
 }
 
+/// A position of the shuffle: the sequence there, as its home (the randomized position of its chunk) and
+/// its index in that chunk. 8 bytes, so that the window's positions, which the shuffle reads and writes at
+/// random places, take a third of the cache they took as [`RandomizedSequence`]s; the rest of a sequence
+/// is found through its home when it is handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    home: u32,
+    index: u32,
+}
+
+/// The sequences of one loaded chunk, by index in the chunk.
+#[derive(Debug, Clone)]
+enum Infos {
+    /// All of length `num_samples`, with keys `first_key`, `first_key + 1`, … (as in CBF files, and CTF
+    /// files with consecutive ids): found by arithmetic, with no table to read.
+    Uniform { first_key: u64, num_samples: u32, count: u32 },
+    /// As listed by the source.
+    Listed(Vec<SequenceInfo>),
+}
+
+impl Infos {
+    fn new(list: &mut Vec<SequenceInfo>) -> Infos {
+        let first_key = list.first().map_or(0, |s| s.key);
+        let num_samples = list.first().map_or(0, |s| s.num_samples);
+        let uniform = u32::try_from(list.len()).is_ok()
+            && list
+                .iter()
+                .enumerate()
+                .all(|(k, s)| s.num_samples == num_samples && first_key.checked_add(k as u64) == Some(s.key));
+        if uniform {
+            Infos::Uniform { first_key, num_samples, count: list.len() as u32 }
+        } else {
+            Infos::Listed(std::mem::take(list))
+        }
+    }
+
+    /// `(num_samples, key)` of sequence `index`.
+    #[inline]
+    fn get(&self, index: u32) -> (u32, u64) {
+        match self {
+            Infos::Uniform { first_key, num_samples, count } => {
+                debug_assert!(index < *count);
+                (*num_samples, first_key + u64::from(index))
+            }
+            Infos::Listed(v) => {
+                let s = v[index as usize];
+                (s.num_samples, s.key)
+            }
+        }
+    }
+}
+
+/// A loaded chunk: its original index and sequences.
+#[derive(Debug, Clone)]
+struct Home {
+    original: u32,
+    infos: Infos,
+}
+
+/// Whether every chunk of randomized chunk `c`'s window has the same window as `c` (windows begin and end
+/// in non-decreasing order, so it is enough that the first and the last do).
+#[inline]
+fn same_window(r: &[super::RandomizedChunk], c: usize) -> bool {
+    let w = (r[c].window_begin, r[c].window_end);
+    let first = &r[w.0 as usize];
+    let last = &r[w.1 as usize - 1];
+    (first.window_begin, first.window_end) == w && (last.window_begin, last.window_end) == w
+}
+
 /// Shuffles the sequences of one sweep chunk window by chunk window, as the read cursor advances.
 ///
 /// It owns the [`ChunkRandomizer`] of the sweep. Sequence positions are finalized lazily
@@ -33,8 +102,15 @@ pub struct RandomizedSequence {
 pub struct SequenceRandomizer {
     chunks: ChunkRandomizer,
     rng: Mt19937_64,
-    /// Sequences at the positions of the randomized chunks `first_retained .. loaded_end`.
-    window: VecDeque<Vec<RandomizedSequence>>,
+    /// Sequences at the positions of the randomized chunks `first_retained .. loaded_end`, one after
+    /// another: position `t` at index `t - window_base`.
+    window: VecDeque<Slot>,
+    /// The first position of chunk `first_retained`.
+    window_base: u64,
+    /// The loaded chunks `first_home .. loaded_end` (by randomized position): what the slots name. A chunk
+    /// stays while a retained position may hold one of its sequences (see `release`).
+    homes: VecDeque<Home>,
+    first_home: usize,
     /// `(start, count)` on the sweep's sample timeline of the finalized chunks
     /// `first_retained .. finalized`.
     ranges: VecDeque<(u64, u64)>,
@@ -63,6 +139,9 @@ impl SequenceRandomizer {
             chunks,
             rng: Mt19937_64::new(0),
             window: VecDeque::new(),
+            window_base: 0,
+            homes: VecDeque::new(),
+            first_home: 0,
             ranges: VecDeque::new(),
             first_retained: 0,
             finalized: 0,
@@ -92,6 +171,9 @@ impl SequenceRandomizer {
     pub fn reset<S: SequenceSource + ?Sized>(&mut self, seed: u64, source: &S) -> Result<(), Error> {
         self.rng.seed(seed);
         self.window.clear();
+        self.window_base = 0;
+        self.homes.clear();
+        self.first_home = 0;
         self.ranges.clear();
         self.first_retained = 0;
         self.finalized = 0;
@@ -124,10 +206,10 @@ impl SequenceRandomizer {
         self.chunks.chunks().last().map_or(0, |c| c.sequence_end)
     }
 
-    /// The sequence at sequence position `t` of randomized chunk `chunk` (must be loaded).
-    fn slot(&self, chunk: usize, t: u64) -> (usize, usize) {
-        let offset = t - self.chunks.chunks()[chunk].sequence_start;
-        (chunk - self.first_retained, offset as usize)
+    /// The index in `window` of sequence position `t` (of a loaded chunk).
+    #[inline]
+    fn slot(&self, t: u64) -> usize {
+        (t - self.window_base) as usize
     }
 
     /// Finalize-next: if the read cursor has entered the first non-final chunk, shuffle the positions
@@ -147,56 +229,57 @@ impl SequenceRandomizer {
             let info = self.chunks.original()[c.original as usize];
             load_sequences(source, c.original, info.num_sequences, &mut self.scratch)?;
             let home = i as u32;
-            self.window.push_back(
-                self.scratch
-                    .iter()
-                    .enumerate()
-                    .map(|(k, s)| RandomizedSequence {
-                        chunk: c.original,
-                        index: k as u32,
-                        num_samples: s.num_samples,
-                        key: s.key,
-                        home,
-                    })
-                    .collect(),
-            );
+            self.window.extend((0..self.scratch.len() as u32).map(|index| Slot { home, index }));
+            self.homes.push_back(Home { original: c.original, infos: Infos::new(&mut self.scratch) });
         }
         self.loaded_end = new_loaded_end;
 
         let first = if self.rand_cursor == 0 { 0 } else { r[self.rand_cursor - 1].sequence_end };
         let end = r[next_rand - 1].sequence_end;
+        let mut ci = self.chunks.chunk_of_sequence(first);
         for t in first..end {
             if (t - first) % TOUCH_BLOCK == 0 {
                 self.touch_partners(t, end.min(t + TOUCH_BLOCK));
             }
-            let ci = self.chunks.chunk_of_sequence(t);
+            // The chunk of position `t` (the same as `chunk_of_sequence(t)`, found by walking on).
+            while r[ci].sequence_end <= t {
+                ci += 1;
+            }
             let c = r[ci];
             let lo = r[c.window_begin as usize].sequence_start;
             let hi = r[c.window_end as usize - 1].sequence_end;
-            let (tw, to) = self.slot(ci, t);
+            let ti = self.slot(t);
+            if same_window(r, ci) {
+                // Every chunk of the window has this window, and every sequence in it has its home there
+                // (the invariant the checks below keep), so no draw is rejected: the checks are skipped.
+                let j = self.rng.next_in(lo, hi);
+                let ji = self.slot(j);
+                self.window.swap(ti, ji);
+                continue;
+            }
             loop {
                 let j = self.rng.next_in(lo, hi);
                 let cj = self.chunks.chunk_of_sequence(j);
-                let (jw, jo) = self.slot(cj, j);
-                let home_j = self.window[jw][jo].home;
+                let ji = self.slot(j);
+                let home_j = self.window[ji].home;
                 if !(c.window_begin..c.window_end).contains(&home_j) {
                     continue;
                 }
-                let home_t = self.window[tw][to].home;
+                let home_t = self.window[ti].home;
                 let w = r[cj];
                 if !(w.window_begin..w.window_end).contains(&home_t) {
                     continue;
                 }
-                let a = self.window[tw][to];
-                self.window[tw][to] = self.window[jw][jo];
-                self.window[jw][jo] = a;
+                self.window.swap(ti, ji);
                 break;
             }
         }
 
-        let count = self.window[self.finalized - self.first_retained]
-            .iter()
-            .fold(0u64, |acc, s| acc.saturating_add(u64::from(s.num_samples)));
+        let f = r[self.finalized];
+        let count = self
+            .window
+            .range(self.slot(f.sequence_start)..self.slot(f.sequence_end))
+            .fold(0u64, |acc, &s| acc.saturating_add(u64::from(self.info(s).0)));
         let start = self.ranges.back().map_or(0, |&(s, c)| s.saturating_add(c));
         self.ranges.push_back((start, count));
         self.finalized += 1;
@@ -211,7 +294,7 @@ impl SequenceRandomizer {
         let r = self.chunks.chunks();
         // First the addresses (arithmetic only), then the loads in a tight loop, so that they are all in
         // flight together.
-        let mut at = [(usize::MAX, 0usize); TOUCH_BLOCK as usize];
+        let mut at = [usize::MAX; TOUCH_BLOCK as usize];
         let mut ci = self.chunks.chunk_of_sequence(t0);
         for (k, t) in (t0..t1).enumerate() {
             let Some(v) = self.rng.peek(k) else { break };
@@ -223,19 +306,32 @@ impl SequenceRandomizer {
             let hi = r[c.window_end as usize - 1].sequence_end;
             if hi > lo {
                 let j = lo + v % (hi - lo);
-                let cj = self.chunks.chunk_of_sequence(j);
-                if let Some(w) = cj.checked_sub(self.first_retained) {
-                    at[k] = (w, (j - r[cj].sequence_start) as usize);
+                if let Some(i) = j.checked_sub(self.window_base) {
+                    at[k] = i as usize;
                 }
             }
         }
         let mut acc = 0u32;
-        for &(w, o) in &at {
-            if let Some(s) = self.window.get(w).and_then(|w| w.get(o)) {
+        for &i in &at {
+            if let Some(s) = self.window.get(i) {
                 acc = acc.wrapping_add(s.home);
             }
         }
         std::hint::black_box(acc);
+    }
+
+    /// `(num_samples, key)` of the sequence in `slot`.
+    #[inline]
+    fn info(&self, slot: Slot) -> (u32, u64) {
+        self.homes[slot.home as usize - self.first_home].infos.get(slot.index)
+    }
+
+    /// The sequence in `slot`, whole.
+    #[inline]
+    fn sequence(&self, slot: Slot) -> RandomizedSequence {
+        let h = &self.homes[slot.home as usize - self.first_home];
+        let (num_samples, key) = h.infos.get(slot.index);
+        RandomizedSequence { chunk: h.original, index: slot.index, num_samples, key, home: slot.home }
     }
 
     /// Frees the chunks left of both the current chunk's window and the cursor.
@@ -248,10 +344,20 @@ impl SequenceRandomizer {
         let cur = self.cur_chunk.min(n - 1);
         let mut cand = self.first_retained;
         while cand < n && cand < r[cur].window_begin as usize && r[cand].window_end as usize <= self.cur_chunk {
-            self.window.pop_front();
+            let count = r[cand].num_sequences();
+            self.window.drain(..count as usize);
+            self.window_base += count;
             self.ranges.pop_front();
             self.first_retained += 1;
             cand += 1;
+        }
+        // The shuffle keeps every sequence at a position whose chunk's window holds its home, so the
+        // retained positions (of chunks from `first_retained` on) hold sequences of chunks from the first
+        // retained chunk's window begin on (window begins do not decrease).
+        let keep_from = r.get(self.first_retained).map_or(self.first_retained, |c| c.window_begin as usize);
+        while self.first_home < keep_from.min(self.first_retained) {
+            self.homes.pop_front();
+            self.first_home += 1;
         }
     }
 
@@ -277,8 +383,7 @@ impl SequenceRandomizer {
                 self.advance_chunk(source)?;
                 continue;
             }
-            let offset = (self.cur_sequence - c.sequence_start) as usize;
-            let s = self.window[self.cur_chunk - self.first_retained][offset];
+            let s = self.sequence(self.window[self.slot(self.cur_sequence)]);
             if !take(&s) {
                 break;
             }

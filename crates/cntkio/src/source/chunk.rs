@@ -24,7 +24,8 @@ pub struct SourceChunk {
 
 #[derive(Debug)]
 enum Repr {
-    Data(Arc<ChunkData>),
+    /// Parsed data, and per stream the number of samples of every sequence if they all have the same.
+    Data(Arc<ChunkData>, Vec<Option<u64>>),
     Cbf(CbfChunk),
 }
 
@@ -54,6 +55,9 @@ pub(crate) struct RawStream {
     f64: bool,
     /// Where each sequence's record starts in the chunk's bytes.
     records: Records,
+    /// The number of samples of every sequence, if they all have the same (then a dense sequence's values
+    /// are found without reading its record's header).
+    same_len: Option<u32>,
 }
 
 /// Record offsets of one stream of a chunk (chunks of 4 GiB or more are decoded instead).
@@ -106,20 +110,27 @@ impl SourceChunk {
     pub fn from_data(data: Arc<ChunkData>) -> SourceChunk {
         let mut max_len = 0;
         let mut has_empty = false;
+        let mut same_len = Vec::with_capacity(data.streams.len());
         for s in &data.streams {
+            let mut same = s.sequence_offsets.get(1).map(|&o| o - s.sequence_offsets[0]);
             for w in s.sequence_offsets.windows(2) {
                 let n = w[1] - w[0];
                 max_len = max_len.max(n);
                 has_empty |= n == 0;
+                if same != Some(n) {
+                    same = None;
+                }
             }
+            // Sequence `i` then starts at sample `i * n` (offsets start at 0).
+            same_len.push(same.filter(|_| s.sequence_offsets.first() == Some(&0)));
         }
-        SourceChunk { repr: Repr::Data(data), max_len, has_empty }
+        SourceChunk { repr: Repr::Data(data, same_len), max_len, has_empty }
     }
 
     /// Number of sequences.
     pub fn num_sequences(&self) -> usize {
         match &self.repr {
-            Repr::Data(d) => d.num_sequences(),
+            Repr::Data(d, _) => d.num_sequences(),
             Repr::Cbf(c) => c.streams.first().map_or(0, |s| s.records.len()),
         }
     }
@@ -127,7 +138,7 @@ impl SourceChunk {
     /// The parsed data, if the chunk holds parsed data.
     pub fn data(&self) -> Option<&Arc<ChunkData>> {
         match &self.repr {
-            Repr::Data(d) => Some(d),
+            Repr::Data(d, _) => Some(d),
             Repr::Cbf(_) => None,
         }
     }
@@ -145,7 +156,7 @@ impl SourceChunk {
     /// A borrowed view for reading sequences.
     pub(crate) fn view(&self) -> ChunkView<'_> {
         match &self.repr {
-            Repr::Data(d) => ChunkView::Data(d),
+            Repr::Data(d, same) => ChunkView::Data(d, same),
             Repr::Cbf(c) => {
                 let bytes = match &c.bytes {
                     Bytes::Owned(v) => &v[..],
@@ -242,7 +253,8 @@ fn walk_cbf(file: &CbfFile, k: usize, bytes: &[u8]) -> Option<(Vec<RawStream>, u
         let dim = sh.dim as usize;
         let sparse = sh.format == StorageFormat::Sparse;
         let mut records = Records::Uniform { first: 0, stride: 0, count: 0 };
-        for _ in 0..s_count {
+        let mut same_len = None;
+        for k in 0..s_count {
             records.push(pos);
             let n = u32_at(bytes, pos)? as usize;
             if sparse {
@@ -289,8 +301,13 @@ fn walk_cbf(file: &CbfFile, k: usize, bytes: &[u8]) -> Option<(Vec<RawStream>, u
             }
             max_len = max_len.max(n as u64);
             has_empty |= n == 0;
+            if k == 0 {
+                same_len = Some(n as u32);
+            } else if same_len != Some(n as u32) {
+                same_len = None;
+            }
         }
-        streams.push(RawStream { sparse, dim, f64: sh.element_type == ElementType::F64, records });
+        streams.push(RawStream { sparse, dim, f64: sh.element_type == ElementType::F64, records, same_len });
     }
     Some((streams, max_len, has_empty))
 }
@@ -309,15 +326,15 @@ fn u32_le(bytes: &[u8], pos: usize) -> u32 {
 /// A loaded chunk, borrowed for one minibatch.
 #[derive(Clone, Copy)]
 pub(crate) enum ChunkView<'a> {
-    Data(&'a ChunkData),
+    Data(&'a ChunkData, &'a [Option<u64>]),
     Cbf(&'a [u8], &'a [RawStream]),
 }
 
-impl ChunkView<'_> {
+impl<'a> ChunkView<'a> {
     /// Number of sequences.
     pub(crate) fn num_sequences(&self) -> usize {
         match self {
-            ChunkView::Data(d) => d.num_sequences(),
+            ChunkView::Data(d, _) => d.num_sequences(),
             ChunkView::Cbf(_, s) => s.first().map_or(0, |s| s.records.len()),
         }
     }
@@ -326,7 +343,7 @@ impl ChunkView<'_> {
     #[inline]
     pub(crate) fn sequence_len(&self, stream: usize, seq: usize) -> u64 {
         match self {
-            ChunkView::Data(d) => d.streams[stream].sequence_len(seq),
+            ChunkView::Data(d, _) => d.streams[stream].sequence_len(seq),
             ChunkView::Cbf(b, s) => u64::from(u32_le(b, s[stream].records.get(seq))),
         }
     }
@@ -338,7 +355,10 @@ impl ChunkView<'_> {
     #[inline]
     pub(crate) fn prefetch_locator(&self, stream: usize, seq: usize) {
         match self {
-            ChunkView::Data(d) => {
+            ChunkView::Data(d, same) => {
+                if same[stream].is_some() {
+                    return;
+                }
                 let o = &d.streams[stream].sequence_offsets;
                 crate::hint::prefetch(o.get(seq..(seq + 2).min(o.len())).unwrap_or_default());
             }
@@ -355,7 +375,7 @@ impl ChunkView<'_> {
     #[inline]
     pub(crate) fn prefetch(&self, stream: usize, seq: usize) {
         match self {
-            ChunkView::Data(d) => {
+            ChunkView::Data(d, _) => {
                 let s = &d.streams[stream];
                 let (Some(&a), Some(&b)) = (s.sequence_offsets.get(seq), s.sequence_offsets.get(seq + 1)) else {
                     return;
@@ -386,11 +406,52 @@ impl ChunkView<'_> {
         }
     }
 
+    /// The values of sequence `seq` of dense stream `stream` and its number of samples, when they are found
+    /// without reading a CBF chunk's bytes: parsed data (its sequence offsets locate them), or a CBF chunk
+    /// whose sequences all have the same length in this stream. `None` otherwise (then
+    /// [`append`](Self::append) copies the sequence).
+    #[inline]
+    pub(crate) fn dense_values(self, stream: usize, seq: usize) -> Option<(DenseValues<'a>, u32)> {
+        match self {
+            ChunkView::Cbf(b, streams) => {
+                let s = &streams[stream];
+                let n = s.same_len?;
+                if s.sparse {
+                    return None;
+                }
+                let start = s.records.get(seq) + 4;
+                let len = n as usize * s.dim * if s.f64 { 8 } else { 4 };
+                // In range: `walk_cbf` checked every record.
+                Some((DenseValues::Le(&b[start..start + len]), n))
+            }
+            ChunkView::Data(d, same) => {
+                let s = &d.streams[stream];
+                if !matches!(s.layout, Layout::Dense) {
+                    return None;
+                }
+                let (a, e) = match same[stream] {
+                    // Without reading the offsets (a random place in memory).
+                    Some(n) => (seq * n as usize, (seq + 1) * n as usize),
+                    None => (s.sequence_offsets[seq] as usize, s.sequence_offsets[seq + 1] as usize),
+                };
+                let n = u32::try_from(e - a).ok()?;
+                let r = a * s.dim..e * s.dim;
+                Some((
+                    match &s.values {
+                        Values::F32(v) => DenseValues::F32(&v[r]),
+                        Values::F64(v) => DenseValues::F64(&v[r]),
+                    },
+                    n,
+                ))
+            }
+        }
+    }
+
     /// Appends sequence `seq` of stream `stream` to `dst` (same storage format and element type).
     #[inline]
     pub(crate) fn append(&self, stream: usize, seq: usize, dst: &mut StreamData) {
         match self {
-            ChunkView::Data(d) => super::append_sequence(dst, &d.streams[stream], seq),
+            ChunkView::Data(d, _) => super::append_sequence(dst, &d.streams[stream], seq),
             ChunkView::Cbf(b, streams) => {
                 let s = &streams[stream];
                 let rec = s.records.get(seq);
@@ -423,13 +484,44 @@ impl ChunkView<'_> {
     }
 }
 
+/// The values of a dense sequence in a loaded chunk ([`ChunkView::dense_values`]).
+#[derive(Clone, Copy)]
+pub(crate) enum DenseValues<'a> {
+    /// Little-endian, of the stream's element type (CBF).
+    Le(&'a [u8]),
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+}
+
+impl DenseValues<'_> {
+    /// Asks for the values' memory ([`crate::hint::prefetch`]).
+    #[inline]
+    pub(crate) fn prefetch(self) {
+        match self {
+            DenseValues::Le(b) => crate::hint::prefetch(b),
+            DenseValues::F32(v) => crate::hint::prefetch(v),
+            DenseValues::F64(v) => crate::hint::prefetch(v),
+        }
+    }
+
+    /// Appends the values to `v` (which has the stream's element type).
+    #[inline]
+    pub(crate) fn append_to(self, v: &mut Values) {
+        match (v, self) {
+            (v, DenseValues::Le(b)) => extend_le(v, b),
+            (Values::F32(v), DenseValues::F32(s)) => v.extend_from_slice(s),
+            (Values::F64(v), DenseValues::F64(s)) => v.extend_from_slice(s),
+            (Values::F32(v), DenseValues::F64(s)) => v.extend(s.iter().map(|&x| x as f32)),
+            (Values::F64(v), DenseValues::F32(s)) => v.extend(s.iter().map(|&x| f64::from(x))),
+        }
+    }
+}
+
 /// Appends little-endian values of `v`'s element type.
 #[inline]
 fn extend_le(v: &mut Values, raw: &[u8]) {
     match v {
-        Values::F32(v) => v.extend(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
-        Values::F64(v) => {
-            v.extend(raw.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])))
-        }
+        Values::F32(v) => crate::hint::extend_f32_le(v, raw),
+        Values::F64(v) => crate::hint::extend_f64_le(v, raw),
     }
 }

@@ -56,7 +56,9 @@
 //! and [`MinibatchConfig::prefetch`] more, in the order the window reaches them; chunks outside that set
 //! are evicted, so memory is bounded by (window + prefetch) chunks plus the index. CBF chunks are kept as
 //! their undecoded records and copied once, into the minibatch (asking for the next sequences' memory while
-//! copying one). Once the same minibatch size has been asked for twice in a row, the randomization and
+//! copying one). Dense streams are gathered where they can be: every sequence of the minibatch located
+//! first (in parsed chunks by their sequence offsets, in CBF chunks whose sequences all have one length by
+//! arithmetic), then their values copied with nothing else in the loop. Once the same minibatch size has been asked for twice in a row, the randomization and
 //! packing run ahead on a thread of their own (module `ahead`), so that the caller's thread only copies; a
 //! call with another size, or a restore, takes the enumerator back (moved back by an exact restore if it ran
 //! past the last minibatch handed out). None of this changes a minibatch.
@@ -856,7 +858,11 @@ fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slot_of: &[u32], dst: &m
             Values::F64(v) => v.reserve(want.saturating_sub(v.len())),
         }
     }
+    let mut gathered = Vec::new();
     for (st, d) in dst.iter_mut().enumerate() {
+        if gather_dense(picks, &view, st, d, &mut gathered) {
+            continue;
+        }
         // Two stages: the tables that locate a sequence twice as far ahead, its values once as far ahead.
         for p in picks.iter().take(2 * PREFETCH_SEQUENCES) {
             view(p).prefetch_locator(st, p.index as usize);
@@ -874,6 +880,53 @@ fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slot_of: &[u32], dst: &m
             view(p).append(st, p.index as usize, d);
         }
     }
+}
+
+/// How many sequences ahead of the one being copied are asked into the cache by [`gather_dense`].
+const GATHER_AHEAD: usize = 8;
+
+/// Appends the values of dense stream `st` of the sequences of `picks` to `d` when every one of them is
+/// located without reading a CBF chunk ([`ChunkView::dense_values`](chunk::ChunkView::dense_values));
+/// returns false, with `d` unchanged, if some is not. First where each sequence lies (parsed data: reading
+/// its sequence offsets, asked for a few places ahead), then the copies, asking for the sequences' values a
+/// few places ahead: with nothing but the copy and the hint in the loop, more of the misses are in flight
+/// at once.
+fn gather_dense<'a>(
+    picks: &[Pick],
+    view: &impl Fn(&Pick) -> chunk::ChunkView<'a>,
+    st: usize,
+    d: &mut StreamData,
+    gathered: &mut Vec<(chunk::DenseValues<'a>, u32)>,
+) -> bool {
+    if !matches!(d.layout, Layout::Dense) {
+        return false;
+    }
+    gathered.clear();
+    for p in picks.iter().take(GATHER_AHEAD) {
+        view(p).prefetch_locator(st, p.index as usize);
+    }
+    for (i, p) in picks.iter().enumerate() {
+        if let Some(q) = picks.get(i + GATHER_AHEAD) {
+            view(q).prefetch_locator(st, q.index as usize);
+        }
+        match view(p).dense_values(st, p.index as usize) {
+            Some(g) => gathered.push(g),
+            None => return false,
+        }
+    }
+    for (v, _) in gathered.iter().take(GATHER_AHEAD) {
+        v.prefetch();
+    }
+    let mut last = *d.sequence_offsets.last().expect("starts with 0");
+    for (i, &(v, n)) in gathered.iter().enumerate() {
+        if let Some((q, _)) = gathered.get(i + GATHER_AHEAD) {
+            q.prefetch();
+        }
+        v.append_to(&mut d.values);
+        last += u64::from(n);
+        d.sequence_offsets.push(last);
+    }
+    true
 }
 
 /// The enumerator's place while it runs on the planning thread: never asked anything (every use of the
