@@ -203,3 +203,63 @@ fn scans_across_scan_windows_agree() {
         }
     }
 }
+
+/// The line-mode index (rows made into sequences directly on one thread) against the block scans of two
+/// threads and the in-memory indexer: blank rows, CRLF, a BOM, rows longer than a scan window, the last
+/// row with and without a newline, tiny and large chunk sizes, read and mmap; and with a definesMBSize
+/// stream (which takes the block scans on one thread too).
+#[test]
+fn line_mode_index_agrees_with_the_block_scans() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut rnd = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for case in 0..40 {
+        let mut data = Vec::new();
+        if case % 5 == 0 {
+            data.extend_from_slice(b"\xEF\xBB\xBF");
+        }
+        let rows = 1 + rnd(300) as usize;
+        for r in 0..rows {
+            // One row longer than a scan window (4 MiB).
+            let len = if case == 7 && r == 0 {
+                5_000_000
+            } else if rnd(20) == 0 {
+                0
+            } else {
+                rnd(300) as usize
+            };
+            let start = data.len();
+            data.extend_from_slice(if rnd(3) == 0 { b"|b 1:1 |a" } else { b"|a" });
+            for _ in 0..len {
+                data.push(b" 0123456789.|ab:"[rnd(16) as usize]);
+            }
+            if len == 0 && rnd(2) == 0 {
+                data.truncate(start);
+            }
+            data.extend_from_slice(if rnd(6) == 0 { b"\r\n" } else { b"\n" });
+        }
+        if case % 2 == 1 {
+            data.pop();
+        }
+        let p = dir.path().join(format!("rows{case}.ctf"));
+        std::fs::write(&p, &data).unwrap();
+        let chunk_size = [1u64, 50, 1000, 64 << 20][case % 4];
+        for main in [None, Some("a")] {
+            let want = cntkio_core::ctf::index::index_bytes(&data, true, main, chunk_size).unwrap();
+            let cfg =
+                cntkio::ctf::IndexConfig { skip_sequence_ids: true, main_alias: main.map(str::to_string), chunk_size };
+            for access in [Access::Read, Access::Mmap] {
+                for threads in [1, 2] {
+                    let f = InputFile::open(&p, access).unwrap();
+                    let got = cntkio::ctf::build_index(&f, &cfg, threads, &mut |_| {}).unwrap();
+                    assert_eq!(got.chunks, want, "case {case}, main {main:?}, {access:?}, {threads} thread(s)");
+                }
+            }
+        }
+    }
+}
