@@ -493,22 +493,29 @@ fn long_list_sep() -> impl Strategy<Value = &'static str> {
     prop_oneof![30 => Just(" "), 2 => Just("\t"), 2 => Just("  "), 1 => Just(" \t "), 1 => Just("")]
 }
 
-/// Files of rows `|a v v v ... [|b i:v]`, with 0–120 values per sample.
-fn long_list_case() -> impl Strategy<Value = Case> {
+/// Files of rows `[id] |a TOKEN TOKEN ... [|b 2:1]` with up to `max_tokens` tokens of `token` per row
+/// (stream `a` dense or sparse, its dimension drawn from `dims`), random chunk sizes, budgets, element
+/// types, and line or id mode (two rows per id).
+fn list_case(
+    token: impl Strategy<Value = String>,
+    max_tokens: usize,
+    dense: bool,
+    dims: impl Strategy<Value = usize>,
+) -> impl Strategy<Value = Case> {
     let row = (
-        prop::collection::vec((long_list_sep(), long_list_token()), 0..120),
+        prop::collection::vec((long_list_sep(), token), 0..max_tokens),
         any::<bool>(),
         prop_oneof![8 => Just("\n"), 1 => Just("\r\n"), 1 => Just(" \n"), 1 => Just("")],
     );
     (
         prop::collection::vec(row, 1..6),
-        1usize..130,
+        dims,
         prop::sample::select(vec![0u64, 100, 700, u64::MAX]),
         prop::sample::select(vec![0u64, 3, 1_000_000]),
         any::<bool>(),
         any::<bool>(),
     )
-        .prop_map(|(rows, dim, chunk_size, max_errors, f64, ids)| {
+        .prop_map(move |(rows, dim, chunk_size, max_errors, f64, ids)| {
             let mut data = Vec::new();
             for (i, (vals, with_b, end)) in rows.iter().enumerate() {
                 if ids {
@@ -526,7 +533,7 @@ fn long_list_case() -> impl Strategy<Value = Case> {
             }
             Case {
                 data,
-                streams: vec![cfg("a", true, dim), cfg("b", false, 3)],
+                streams: vec![cfg("a", dense, dim), cfg("b", false, 3)],
                 skip_ids: false,
                 chunk_size,
                 max_errors,
@@ -534,6 +541,11 @@ fn long_list_case() -> impl Strategy<Value = Case> {
                 noise: 0,
             }
         })
+}
+
+/// Files of rows `|a v v v ... [|b i:v]`, with 0–120 values per sample.
+fn long_list_case() -> impl Strategy<Value = Case> {
+    list_case(long_list_token(), 120, true, 1usize..130)
 }
 
 proptest! {
@@ -588,45 +600,7 @@ fn sparse_token() -> impl Strategy<Value = String> {
 /// Files of rows `|a i:v i:v ... [|b i:v]`, with 0–80 entries per sample and a dimension that some
 /// indices exceed.
 fn sparse_list_case() -> impl Strategy<Value = Case> {
-    let row = (
-        prop::collection::vec((long_list_sep(), sparse_token()), 0..80),
-        any::<bool>(),
-        prop_oneof![8 => Just("\n"), 1 => Just("\r\n"), 1 => Just(" \n"), 1 => Just("")],
-    );
-    (
-        prop::collection::vec(row, 1..6),
-        prop::sample::select(vec![1usize, 10, 1000, 100_000, 1_000_000_000]),
-        prop::sample::select(vec![0u64, 100, 700, u64::MAX]),
-        prop::sample::select(vec![0u64, 3, 1_000_000]),
-        any::<bool>(),
-        any::<bool>(),
-    )
-        .prop_map(|(rows, dim, chunk_size, max_errors, f64, ids)| {
-            let mut data = Vec::new();
-            for (i, (vals, with_b, end)) in rows.iter().enumerate() {
-                if ids {
-                    data.extend_from_slice(format!("{} ", i / 2).as_bytes());
-                }
-                data.extend_from_slice(b"|a");
-                for (sep, tok) in vals {
-                    data.extend_from_slice(sep.as_bytes());
-                    data.extend_from_slice(tok.as_bytes());
-                }
-                if *with_b {
-                    data.extend_from_slice(b" |b 2:1");
-                }
-                data.extend_from_slice(end.as_bytes());
-            }
-            Case {
-                data,
-                streams: vec![cfg("a", false, dim), cfg("b", false, 3)],
-                skip_ids: false,
-                chunk_size,
-                max_errors,
-                elem: if f64 { Elem::F64 } else { Elem::F32 },
-                noise: 0,
-            }
-        })
+    list_case(sparse_token(), 80, false, prop::sample::select(vec![1usize, 10, 1000, 100_000, 1_000_000_000]))
 }
 
 proptest! {

@@ -22,6 +22,19 @@ use std::sync::Arc;
 /// A stream of a test file: (name, dense, dim, definesMBSize).
 type S = (&'static str, bool, usize, bool);
 
+/// `text` parsed with `streams` and written to `path` as a CBF file of `chunk_size`-byte chunks; returns
+/// the parsed data.
+fn write_cbf(path: &Path, text: &str, streams: &[S], chunk_size: u64) -> cntkio_core::ChunkData {
+    let schema = schema(streams);
+    let data =
+        cntkio_core::ctf::parse::parse_bytes(text.as_bytes(), &schema, false, &mut cntkio_core::ctf::parse::FailFast)
+            .unwrap();
+    let mut w = CbfWriter::create(path, &schema, chunk_size).unwrap();
+    w.write(&data).unwrap();
+    w.finish().unwrap();
+    data
+}
+
 fn schema(streams: &[S]) -> Schema {
     Schema::new(
         streams
@@ -277,17 +290,8 @@ fn cbf_chunks_of_equal_and_varying_lengths_match_their_ctf_twin() {
     }
     let streams = [("a", true, 3, false), ("b", false, 5, false), ("c", true, 1, false)];
     let p = write(dir.path(), "runs.ctf", &text);
-    let data = cntkio_core::ctf::parse::parse_bytes(
-        text.as_bytes(),
-        &schema(&streams),
-        false,
-        &mut cntkio_core::ctf::parse::FailFast,
-    )
-    .unwrap();
     let bin = dir.path().join("runs.bin");
-    let mut w = CbfWriter::create(&bin, &schema(&streams), 400).unwrap();
-    w.write(&data).unwrap();
-    w.finish().unwrap();
+    let data = write_cbf(&bin, &text, &streams, 400);
     let read: Arc<dyn Deserializer> = Arc::new(CbfSource::open(&bin).unwrap());
     let mapped: Arc<dyn Deserializer> =
         Arc::new(CbfSource::open_with(&bin, &cntkio::cbf::CbfOptions::default().mmap(true)).unwrap());
@@ -836,17 +840,8 @@ fn shards(dir: &Path, n: u64) -> (Arc<dyn Deserializer>, Arc<dyn Deserializer>, 
     let streams = [("a", true, 3, false), ("b", false, 7, false)];
     let p = write(dir, "shards.ctf", &text);
     let c = ctf(&p, &streams, 300);
-    let data = cntkio_core::ctf::parse::parse_bytes(
-        text.as_bytes(),
-        &schema(&streams),
-        false,
-        &mut cntkio_core::ctf::parse::FailFast,
-    )
-    .unwrap();
     let bin = dir.join("shards.bin");
-    let mut w = CbfWriter::create(&bin, &schema(&streams), 300).unwrap();
-    w.write(&data).unwrap();
-    w.finish().unwrap();
+    write_cbf(&bin, &text, &streams, 300);
     let read: Arc<dyn Deserializer> = Arc::new(CbfSource::open(&bin).unwrap());
     let mapped: Arc<dyn Deserializer> =
         Arc::new(CbfSource::open_with(&bin, &cntkio::cbf::CbfOptions::default().mmap(true)).unwrap());
@@ -952,17 +947,8 @@ fn cbf_records_are_checked_as_the_decoder_checks_them() {
     let dir = tempfile::tempdir().unwrap();
     let streams = [("a", true, 2, false), ("b", false, 4, false)];
     let text: String = (0..40).map(|i| format!("{i} |a {i} 1 |b {}:2\n", i % 4)).collect();
-    let data = cntkio_core::ctf::parse::parse_bytes(
-        text.as_bytes(),
-        &schema(&streams),
-        false,
-        &mut cntkio_core::ctf::parse::FailFast,
-    )
-    .unwrap();
     let bin = dir.path().join("x.bin");
-    let mut w = CbfWriter::create(&bin, &schema(&streams), 200).unwrap();
-    w.write(&data).unwrap();
-    w.finish().unwrap();
+    write_cbf(&bin, &text, &streams, 200);
     let f = cntkio::cbf::CbfFile::open(&bin).unwrap();
     assert!(f.chunk_count() > 3);
     let k = 2;
