@@ -701,8 +701,10 @@ proptest! {
         prop_assert_eq!(sa.bytes, fa.len() as u64);
     }
 
-    /// The writer's record encoder for checked data gives the bytes of the checking one; data broken
-    /// after the check (offsets cut short) get an error, not a panic.
+    /// The writer's record encoder for checked data gives the bytes of the checking one (which checks, then
+    /// encodes with it; the bytes themselves are pinned by the round trips and the byte-identical ctf2bin
+    /// and real-file tests); it refuses a destination of the wrong size, and data broken after the check
+    /// (offsets cut short) get an error, not a panic.
     #[test]
     fn checked_record_encoder_agrees((_schema, data) in chunk_data(false), cut in 0usize..8) {
         prop_assume!(cbf::check_chunk_fast(&data));

@@ -150,54 +150,27 @@ pub fn encode_record(d: &StreamData, s: usize, out: &mut Vec<u8>) -> Result<(), 
 /// long: the same bytes as [`encode_record`], checked the same way. On error `dst`'s contents are
 /// unspecified.
 pub fn encode_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Result<(), Error> {
-    let sp = span(d, s)?;
-    let es = d.values.element_type().size_bytes();
-    let nv = sp.e1 - sp.e0;
-    match &d.layout {
-        Layout::Dense => {
-            if dst.len() != 4 + nv * es {
-                return Err(bad(s, format!("a dense record of {} bytes given {} bytes", 4 + nv * es, dst.len())));
-            }
-            let (head, rest) = dst.split_at_mut(4);
-            head.copy_from_slice(&sp.n.to_le_bytes());
-            write_values(rest, &d.values, sp.e0..sp.e1);
+    let len = record_len(d, s)?;
+    if dst.len() as u64 != len {
+        let kind = if matches!(d.layout, Layout::Dense) { "dense" } else { "sparse" };
+        return Err(bad(s, format!("a {kind} record of {len} bytes given {} bytes", dst.len())));
+    }
+    check_sparse_entries(d, s)?;
+    encode_checked_record_to(d, s, dst)
+}
+
+/// For a sparse stream, what [`record_len`] does not check of sequence `s`: its indices lie in
+/// `[0, dim)` and its per-sample counts do not decrease and fit 31 bits. Nothing to check for a dense one.
+fn check_sparse_entries(d: &StreamData, s: usize) -> Result<(), Error> {
+    if let Layout::Sparse { indices, sample_offsets } = &d.layout {
+        let sp = span(d, s)?;
+        let dim = d.dim;
+        if let Some(&x) = indices[sp.e0..sp.e1].iter().find(|&&x| x < 0 || x as usize >= dim) {
+            return Err(bad(s, format!("sparse index {x} is outside [0, {dim})")));
         }
-        Layout::Sparse { indices, sample_offsets } => {
-            let n = sp.n as usize;
-            let len = 8 + nv * (es + 4) + 4 * n;
-            if dst.len() != len {
-                return Err(bad(s, format!("a sparse record of {len} bytes given {} bytes", dst.len())));
-            }
-            let (head, rest) = dst.split_at_mut(8);
-            head[..4].copy_from_slice(&sp.n.to_le_bytes());
-            head[4..].copy_from_slice(&(nv as u32).to_le_bytes());
-            let (vals, rest) = rest.split_at_mut(nv * es);
-            let (idx_out, counts) = rest.split_at_mut(nv * 4);
-            write_values(vals, &d.values, sp.e0..sp.e1);
-            // Copy and check in one pass; the culprit is looked up only on failure.
-            let idx = &indices[sp.e0..sp.e1];
-            let dim = d.dim;
-            let mut out_of_range = false;
-            for (o, &x) in idx_out.chunks_exact_mut(4).zip(idx) {
-                out_of_range |= x < 0 || x as usize >= dim;
-                o.copy_from_slice(&x.to_le_bytes());
-            }
-            if out_of_range {
-                let bad_idx = idx.iter().copied().find(|&x| x < 0 || x as usize >= dim).unwrap_or(0);
-                return Err(bad(s, format!("sparse index {bad_idx} is outside [0, {dim})")));
-            }
-            // span() checked both ends; the per-sample offsets between them are checked here.
-            let (a, _) = seq_range(d, s)?;
-            let offs = &sample_offsets[a as usize..=a as usize + n];
-            let mut ok = true;
-            for (o, w) in counts.chunks_exact_mut(4).zip(offs.windows(2)) {
-                let c = w[1].wrapping_sub(w[0]);
-                ok &= w[1] >= w[0] && c <= i32::MAX as u64;
-                o.copy_from_slice(&(c as u32).to_le_bytes());
-            }
-            if !ok {
-                return Err(bad(s, "sample offsets decrease"));
-            }
+        let (a, b) = seq_range(d, s)?;
+        if sample_offsets[a as usize..=b as usize].windows(2).any(|w| w[1] < w[0] || w[1] - w[0] > i32::MAX as u64) {
+            return Err(bad(s, "sample offsets decrease"));
         }
     }
     Ok(())
@@ -205,7 +178,8 @@ pub fn encode_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Result<(), 
 
 /// [`encode_record_to`] for a sequence already found encodable (its chunk passed [`check_chunk_fast`], or
 /// it passed [`check_sequence`]): the same bytes without repeating those checks (index ranges, count
-/// limits, decreasing offsets), which cost as much as the copy on short records. What is read is still
+/// limits, decreasing offsets), which cost as much as the copy on short records; [`encode_record_to`] is
+/// those checks and then this. What is read is still
 /// looked up safely: data that break the promise get an error (or wrong bytes), never a panic.
 pub fn encode_checked_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Result<(), Error> {
     let broken = || bad(s, "the data changed after they were checked");
@@ -255,18 +229,7 @@ pub fn check_sequence(data: &ChunkData, s: usize) -> Result<u64, Error> {
     let mut total = 4u64;
     for d in &data.streams {
         total += record_len(d, s)?;
-        if let Layout::Sparse { indices, sample_offsets } = &d.layout {
-            let sp = span(d, s)?;
-            let dim = d.dim;
-            if let Some(&x) = indices[sp.e0..sp.e1].iter().find(|&&x| x < 0 || x as usize >= dim) {
-                return Err(bad(s, format!("sparse index {x} is outside [0, {dim})")));
-            }
-            let (a, b) = seq_range(d, s)?;
-            if sample_offsets[a as usize..=b as usize].windows(2).any(|w| w[1] < w[0] || w[1] - w[0] > i32::MAX as u64)
-            {
-                return Err(bad(s, "sample offsets decrease"));
-            }
-        }
+        check_sparse_entries(d, s)?;
     }
     Ok(total)
 }

@@ -179,12 +179,6 @@ pub fn index_streaming_bytes(
     let mut off = start.offset; // file offset of the bytes being scanned
     let mut emitted = start.offset; // end of the last chunk handed out
     let mapped = file.mapped();
-    // A chunk's bytes, when they are at hand (a chunk always ends at or before the bytes scanned).
-    let bytes_of = |c: &ChunkDesc, buf: &[u8], base: u64, filled: usize| -> Option<(usize, usize)> {
-        let a = usize::try_from(c.offset.checked_sub(base)?).ok()?;
-        let b = a.checked_add(usize::try_from(c.len_bytes).ok()?)?;
-        (b <= filled && b <= buf.len()).then_some((a, b))
-    };
     loop {
         // The bytes to scan: a window of the map, or of `buf` (carry + newly read).
         let (at_eof, cut): (bool, usize) = match mapped {
@@ -243,11 +237,7 @@ pub fn index_streaming_bytes(
         // Hands a finished chunk on, with its bytes when they are at hand.
         let mut emit = |c: ChunkDesc| -> Result<(), Error> {
             emitted = c.end();
-            let b = match mapped {
-                Some(m) => m.get(c.offset as usize..c.end() as usize),
-                None if keep => bytes_of(&c, &buf, base, filled).map(|(a, b)| &buf[a..b]),
-                None => None,
-            };
+            let b = chunk_bytes(&c, mapped, keep, &buf, base, filled);
             on_chunk(c, b)
         };
         if direct {
@@ -315,14 +305,31 @@ pub fn index_streaming_bytes(
     }
     tail.extend(chunker.finish());
     for c in tail {
-        let b = match mapped {
-            Some(m) => m.get(c.offset as usize..c.end() as usize),
-            None if keep => bytes_of(&c, &buf, base, filled).map(|(a, b)| &buf[a..b]),
-            None => None,
-        };
+        let b = chunk_bytes(&c, mapped, keep, &buf, base, filled);
         on_chunk(c, b)?;
     }
     Ok(start.mode)
+}
+
+/// A chunk's bytes, when they are at hand: in the map, or (with `keep`) in `buf`, which holds the file's
+/// bytes from offset `base` on up to `filled` (a chunk always ends at or before the bytes scanned).
+fn chunk_bytes<'a>(
+    c: &ChunkDesc,
+    mapped: Option<&'a [u8]>,
+    keep: bool,
+    buf: &'a [u8],
+    base: u64,
+    filled: usize,
+) -> Option<&'a [u8]> {
+    match mapped {
+        Some(m) => m.get(c.offset as usize..c.end() as usize),
+        None if keep => {
+            let a = usize::try_from(c.offset.checked_sub(base)?).ok()?;
+            let b = a.checked_add(usize::try_from(c.len_bytes).ok()?)?;
+            buf.get(a..b).filter(|_| b <= filled)
+        }
+        None => None,
+    }
 }
 
 /// Builds the whole index in memory.

@@ -435,14 +435,7 @@ impl<'a> ChunkView<'a> {
                     None => (s.sequence_offsets[seq] as usize, s.sequence_offsets[seq + 1] as usize),
                 };
                 let n = u32::try_from(e - a).ok()?;
-                let r = a * s.dim..e * s.dim;
-                Some((
-                    match &s.values {
-                        Values::F32(v) => DenseValues::F32(&v[r]),
-                        Values::F64(v) => DenseValues::F64(&v[r]),
-                    },
-                    n,
-                ))
+                Some((DenseValues::Parsed(&s.values, a * s.dim, e * s.dim), n))
             }
         }
     }
@@ -489,8 +482,8 @@ impl<'a> ChunkView<'a> {
 pub(crate) enum DenseValues<'a> {
     /// Little-endian, of the stream's element type (CBF).
     Le(&'a [u8]),
-    F32(&'a [f32]),
-    F64(&'a [f64]),
+    /// Values `start..end` of parsed data.
+    Parsed(&'a Values, usize, usize),
 }
 
 impl DenseValues<'_> {
@@ -499,20 +492,17 @@ impl DenseValues<'_> {
     pub(crate) fn prefetch(self) {
         match self {
             DenseValues::Le(b) => crate::hint::prefetch(b),
-            DenseValues::F32(v) => crate::hint::prefetch(v),
-            DenseValues::F64(v) => crate::hint::prefetch(v),
+            DenseValues::Parsed(Values::F32(v), a, e) => crate::hint::prefetch(&v[a..e]),
+            DenseValues::Parsed(Values::F64(v), a, e) => crate::hint::prefetch(&v[a..e]),
         }
     }
 
     /// Appends the values to `v` (which has the stream's element type).
     #[inline]
     pub(crate) fn append_to(self, v: &mut Values) {
-        match (v, self) {
-            (v, DenseValues::Le(b)) => extend_le(v, b),
-            (Values::F32(v), DenseValues::F32(s)) => v.extend_from_slice(s),
-            (Values::F64(v), DenseValues::F64(s)) => v.extend_from_slice(s),
-            (Values::F32(v), DenseValues::F64(s)) => v.extend(s.iter().map(|&x| x as f32)),
-            (Values::F64(v), DenseValues::F32(s)) => v.extend(s.iter().map(|&x| f64::from(x))),
+        match self {
+            DenseValues::Le(b) => extend_le(v, b),
+            DenseValues::Parsed(src, a, e) => v.extend_from(src, a..e),
         }
     }
 }

@@ -58,10 +58,11 @@
 //! their undecoded records and copied once, into the minibatch (asking for the next sequences' memory while
 //! copying one). Dense streams are gathered where they can be: every sequence of the minibatch located
 //! first (in parsed chunks by their sequence offsets, in CBF chunks whose sequences all have one length by
-//! arithmetic), then their values copied with nothing else in the loop. Once the same minibatch size has been asked for twice in a row, the randomization and
-//! packing run ahead on a thread of their own (module `ahead`), so that the caller's thread only copies; a
-//! call with another size, or a restore, takes the enumerator back (moved back by an exact restore if it ran
-//! past the last minibatch handed out). None of this changes a minibatch.
+//! arithmetic), then their values copied with nothing else in the loop. Once the same minibatch size has
+//! been asked for twice in a row, the randomization and packing run ahead on a thread of their own (module
+//! `ahead`), so that the caller's thread only copies; a call with another size, or a restore, takes the
+//! enumerator back (moved back by an exact restore if it ran past the last minibatch handed out). None of
+//! this changes a minibatch.
 
 mod ahead;
 mod bptt;
