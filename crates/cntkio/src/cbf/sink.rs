@@ -1,18 +1,24 @@
-//! Where a [`CbfWriter`](super::CbfWriter)'s bytes go: page-aligned staging buffers handed to a
-//! background thread that writes them at their offsets, with `O_DIRECT` on Linux where the file system
-//! allows it.
+//! Where a [`CbfWriter`](super::CbfWriter)'s bytes go: the writer fills [`Segment`]s (pieces of up to
+//! [`SEG`] bytes, taken from a pool) and hands them over in file order; a background thread copies them
+//! into a page-aligned staging buffer and writes it at its offset, with `O_DIRECT` on Linux where the file
+//! system allows it, then gives the segments back to the pool.
 //!
-//! Why: on many machines the cost of a large write is not the disk but the page cache, whose fresh pages
-//! the kernel must allocate and fill (and which a virtual machine may have to fault in from its host):
-//! writing 1 GB through the page cache took over a second of system time in measurements, against a
-//! twentieth of that with direct I/O from a few reused buffers. The write thread also lets the device
-//! work while the caller encodes the next bytes.
+//! Why direct I/O: on many machines the cost of a large write is not the disk but the page cache, whose
+//! fresh pages the kernel must allocate and fill (and which a virtual machine may have to fault in from
+//! its host): writing 1 GB through the page cache took over a second of system time in measurements,
+//! against a twentieth of that with direct I/O from a reused buffer.
 //!
-//! Direct I/O needs buffers, offsets and lengths aligned to the device's block size: every buffer is
-//! [`BUF`] bytes at a 4 KiB-aligned address and is written at a multiple of [`BUF`]; the last one is
+//! Why segments: a CBF chunk is written stream after stream, so none of its bytes can go out before the
+//! chunk is complete, and then all of them go at once. Segments let the writer encode each sequence as
+//! it arrives (no parsed data is kept) and let the write thread free the finished chunk piece by piece:
+//! as the disk drains a chunk faster than a parser fills the next, the memory in flight stays near one
+//! chunk, and the writer waits for the disk only when it runs [`SPARE_SEGMENTS`] segments ahead of it.
+//!
+//! Direct I/O needs buffers, offsets and lengths aligned to the device's block size: the staging buffer
+//! is [`BUF`] bytes at a 4 KiB-aligned address and is written at a multiple of [`BUF`]; the last one is
 //! padded with zeros to 4 KiB and the caller truncates the file to [`Sink::finish`]'s length. When
 //! direct I/O cannot be used (another system, a file system that refuses the flag or the alignment, or
-//! `CNTKIO_DIRECT_IO=0` in the environment) the same buffers are written through the page cache.
+//! `CNTKIO_DIRECT_IO=0` in the environment) the same buffer is written through the page cache.
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::fs::File;
@@ -24,11 +30,12 @@ use std::thread::JoinHandle;
 pub(crate) const BUF: usize = 2 << 20;
 /// Alignment of direct I/O buffers, offsets and lengths.
 const ALIGN: usize = 4096;
-/// Staging buffers at most: one being filled, one being written, one queued.
-const POOL: usize = 3;
+/// Bytes per pooled segment.
+pub(crate) const SEG: usize = 1 << 20;
+/// Segments the writer may fill beyond those of the chunk it is encoding before it waits for the disk.
+pub(crate) const SPARE_SEGMENTS: usize = 8;
 
-/// A staging buffer: `BUF` bytes at an `ALIGN`-aligned address inside a vector (the vector's heap
-/// block never moves, so the offset stays valid when the buffer is sent to the write thread).
+/// A staging buffer: `BUF` bytes at an `ALIGN`-aligned address inside a vector.
 struct Buf {
     v: Vec<u8>,
     off: usize,
@@ -47,6 +54,58 @@ impl Buf {
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.v[self.off..self.off + BUF]
+    }
+}
+
+/// Bytes on their way to the file: a buffer (zeroed when made, so no byte is ever uninitialised) of
+/// which the first `len` are filled.
+pub(crate) struct Segment {
+    buf: Box<[u8]>,
+    len: usize,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment").field("len", &self.len).field("size", &self.buf.len()).finish()
+    }
+}
+
+impl Segment {
+    fn new(size: usize) -> Segment {
+        Segment { buf: vec![0u8; size].into_boxed_slice(), len: 0 }
+    }
+    /// Bytes still free.
+    #[inline]
+    pub(crate) fn room(&self) -> usize {
+        self.buf.len() - self.len
+    }
+    /// The bytes filled so far.
+    pub(crate) fn filled(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+    /// Appends `len` bytes that `fill` writes; if `fill` fails nothing is appended. `len` must not
+    /// exceed [`Segment::room`].
+    #[inline]
+    pub(crate) fn append_with<E>(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let r = fill(&mut self.buf[self.len..self.len + len]);
+        if r.is_ok() {
+            self.len += len;
+        }
+        r
+    }
+    /// Appends as much of `bytes` as fits; returns how many.
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> usize {
+        let n = bytes.len().min(self.room());
+        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+        n
+    }
+    fn pooled(&self) -> bool {
+        self.buf.len() == SEG
     }
 }
 
@@ -104,26 +163,20 @@ fn open_direct(path: &Path) -> Option<File> {
     }
 }
 
-/// The write thread, started when the first buffer is full.
-struct Worker {
-    tx: Sender<(Buf, usize, u64)>,
-    free: Receiver<Buf>,
-    handle: JoinHandle<io::Result<()>>,
-}
-
-/// A sequential writer of one file through staging buffers (see the module documentation).
+/// A sequential writer of one file from segments (see the module documentation).
 pub(crate) struct Sink {
-    cur: Buf,
-    len: usize,
-    /// File offset of `cur`'s first byte.
-    at: u64,
-    /// Buffers made so far (at most [`POOL`]).
+    /// Bytes sent so far (the file offset of the next byte).
+    pos: u64,
+    tx: Option<Sender<Segment>>,
+    /// Segments the write thread is done with.
+    back: Receiver<Segment>,
+    handle: Option<JoinHandle<io::Result<()>>>,
+    /// Pooled segments made so far, and those sent and not yet given back.
     made: usize,
-    /// The files, until the write thread takes them.
-    files: Option<Files>,
-    worker: Option<Worker>,
-    /// Records that straddle two buffers are built here.
-    tmp: Vec<u8>,
+    in_flight: usize,
+    /// Pooled segments that may exist before the writer waits for the disk (more are made while none
+    /// is in flight: the chunk being encoded always gets what it needs).
+    limit: usize,
 }
 
 impl std::fmt::Debug for Sink {
@@ -133,161 +186,143 @@ impl std::fmt::Debug for Sink {
 }
 
 impl Sink {
-    /// A sink writing `file` (open for writing at `path`) from offset 0; `direct` asks for direct I/O.
-    pub(crate) fn new(file: &File, path: &Path, direct: bool) -> io::Result<Sink> {
+    /// A sink writing `file` (open for writing at `path`) from offset 0; `direct` asks for direct I/O;
+    /// `chunk_size` is the writer's chunk size (how many segments one chunk needs).
+    pub(crate) fn new(file: &File, path: &Path, direct: bool, chunk_size: u64) -> io::Result<Sink> {
         let plain = file.try_clone()?;
         let direct = if direct { open_direct(path) } else { None };
+        let mut files = Files { plain, direct };
+        let (tx, rx) = unbounded::<Segment>();
+        let (back_tx, back) = unbounded::<Segment>();
+        let handle = std::thread::Builder::new().name("cntkio-cbf-write".into()).spawn(move || {
+            let mut stage = Buf::new();
+            let (mut fill, mut at) = (0usize, 0u64);
+            for seg in rx {
+                let mut bytes = seg.filled();
+                while !bytes.is_empty() {
+                    let n = bytes.len().min(BUF - fill);
+                    stage.bytes_mut()[fill..fill + n].copy_from_slice(&bytes[..n]);
+                    fill += n;
+                    bytes = &bytes[n..];
+                    if fill == BUF {
+                        files.write_at(stage.bytes(), at)?;
+                        at += BUF as u64;
+                        fill = 0;
+                    }
+                }
+                if seg.pooled() {
+                    // The writer may be gone (it failed or finished early): the segment is then freed.
+                    let _ = back_tx.send(seg);
+                }
+            }
+            // The end: the last bytes, zero-padded to the alignment.
+            let padded = fill.div_ceil(ALIGN) * ALIGN;
+            stage.bytes_mut()[fill..padded].fill(0);
+            if padded > 0 {
+                files.write_at(&stage.bytes()[..padded], at)?;
+            }
+            Ok(())
+        })?;
+        let per_chunk = usize::try_from(chunk_size / SEG as u64).unwrap_or(usize::MAX);
         Ok(Sink {
-            cur: Buf::new(),
-            len: 0,
-            at: 0,
-            made: 1,
-            files: Some(Files { plain, direct }),
-            worker: None,
-            tmp: Vec::new(),
+            pos: 0,
+            tx: Some(tx),
+            back,
+            handle: Some(handle),
+            made: 0,
+            in_flight: 0,
+            limit: per_chunk.saturating_add(SPARE_SEGMENTS),
         })
     }
 
-    /// Bytes put so far (the file offset of the next byte).
+    /// Bytes sent so far (the file offset of the next byte).
     pub(crate) fn position(&self) -> u64 {
-        self.at + self.len as u64
+        self.pos
     }
 
-    /// Appends `bytes`.
-    pub(crate) fn put(&mut self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
-            let n = bytes.len().min(BUF - self.len);
-            self.cur.bytes_mut()[self.len..self.len + n].copy_from_slice(&bytes[..n]);
-            self.len += n;
-            bytes = &bytes[n..];
-            if self.len == BUF {
-                self.send_full()?;
+    /// An empty segment with room for at least `min` bytes: one the write thread gave back, a new one,
+    /// or, when [`Sink::new`]'s limit is reached and some are on their way to the disk, the next one the
+    /// write thread gives back. A segment for more than [`SEG`] bytes is made for the purpose.
+    pub(crate) fn segment(&mut self, min: usize) -> io::Result<Segment> {
+        if min > SEG {
+            return Ok(Segment::new(min));
+        }
+        let back = if let Ok(s) = self.back.try_recv() {
+            Some(s)
+        } else if self.made < self.limit || self.in_flight == 0 {
+            None
+        } else {
+            match self.back.recv() {
+                Ok(s) => Some(s),
+                Err(_) => return Err(self.worker_error()),
             }
-        }
-        Ok(())
-    }
-
-    /// Appends `len` bytes that `fill` writes (in place when they fit in the current buffer). If `fill`
-    /// fails nothing is appended and its error is returned as `Ok(Err(e))`.
-    #[inline]
-    pub(crate) fn put_with<E>(
-        &mut self,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
-    ) -> io::Result<Result<(), E>> {
-        if len <= BUF - self.len {
-            let r = fill(&mut self.cur.bytes_mut()[self.len..self.len + len]);
-            if r.is_ok() {
-                self.len += len;
-                if self.len == BUF {
-                    self.send_full()?;
-                }
+        };
+        Ok(match back {
+            Some(mut s) => {
+                self.in_flight -= 1;
+                s.len = 0;
+                s
             }
-            return Ok(r);
-        }
-        let mut tmp = std::mem::take(&mut self.tmp);
-        tmp.clear();
-        tmp.resize(len, 0);
-        let r = fill(&mut tmp);
-        let w = if r.is_ok() { self.put(&tmp) } else { Ok(()) };
-        if tmp.capacity() <= BUF {
-            self.tmp = tmp;
-        }
-        w.map(|()| r)
+            None => {
+                self.made += 1;
+                Segment::new(SEG)
+            }
+        })
     }
 
-    /// Hands the full current buffer to the write thread (starting it if needed) and takes an empty one.
-    fn send_full(&mut self) -> io::Result<()> {
-        if self.worker.is_none() {
-            let mut files = self.files.take().ok_or_else(|| io::Error::other("the CBF output is closed"))?;
-            let (tx, rx) = unbounded::<(Buf, usize, u64)>();
-            let (free_tx, free) = unbounded::<Buf>();
-            let handle = std::thread::Builder::new().name("cntkio-cbf-write".into()).spawn(move || {
-                for (buf, len, at) in rx {
-                    files.write_at(&buf.bytes()[..len], at)?;
-                    let _ = free_tx.send(buf);
-                }
-                Ok(())
-            })?;
-            self.worker = Some(Worker { tx, free, handle });
-        }
-        let next = self.take_buffer()?;
-        let full = std::mem::replace(&mut self.cur, next);
-        let w = self.worker.as_ref().ok_or_else(|| io::Error::other("the CBF output is closed"))?;
-        if w.tx.send((full, BUF, self.at)).is_err() {
+    /// Sends a filled segment: its bytes follow those sent before.
+    pub(crate) fn send(&mut self, seg: Segment) -> io::Result<()> {
+        let len = seg.len as u64;
+        let pooled = seg.pooled();
+        let tx = self.tx.as_ref().ok_or_else(|| io::Error::other("the CBF output is closed"))?;
+        if tx.send(seg).is_err() {
             return Err(self.worker_error());
         }
-        self.at += BUF as u64;
-        self.len = 0;
+        self.in_flight += usize::from(pooled);
+        self.pos += len;
         Ok(())
     }
 
-    /// An empty buffer: a new one while fewer than [`POOL`] exist, else one the write thread is done with.
-    fn take_buffer(&mut self) -> io::Result<Buf> {
-        let w = self.worker.as_ref().ok_or_else(|| io::Error::other("the CBF output is closed"))?;
-        if let Ok(b) = w.free.try_recv() {
-            return Ok(b);
+    /// Sends a copy of `bytes`.
+    pub(crate) fn put(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            let mut seg = self.segment(bytes.len().min(SEG))?;
+            let n = seg.append(bytes);
+            bytes = &bytes[n..];
+            self.send(seg)?;
         }
-        if self.made < POOL {
-            self.made += 1;
-            return Ok(Buf::new());
-        }
-        match w.free.recv() {
-            Ok(b) => Ok(b),
-            Err(_) => Err(self.worker_error()),
-        }
+        Ok(())
     }
 
     /// The write thread's error (it stopped).
     fn worker_error(&mut self) -> io::Error {
-        match self.worker.take() {
-            Some(w) => {
-                drop(w.tx);
-                match w.handle.join() {
-                    Ok(Err(e)) => e,
-                    Ok(Ok(())) => io::Error::other("the CBF write thread stopped"),
-                    Err(_) => io::Error::other("the CBF write thread panicked"),
-                }
-            }
+        self.tx = None;
+        match self.handle.take() {
+            Some(h) => match h.join() {
+                Ok(Err(e)) => e,
+                Ok(Ok(())) => io::Error::other("the CBF write thread stopped"),
+                Err(_) => io::Error::other("the CBF write thread panicked"),
+            },
             None => io::Error::other("the CBF output is closed"),
         }
     }
 
-    /// Writes what is left (the last buffer, zero-padded to the alignment), waits for every write and
-    /// returns the number of bytes put: the caller truncates the file to it.
+    /// Waits for every write (the last bytes zero-padded to the alignment) and returns the number of
+    /// bytes sent: the caller truncates the file to it.
     pub(crate) fn finish(mut self) -> io::Result<u64> {
-        let total = self.position();
-        let padded = self.len.div_ceil(ALIGN) * ALIGN;
-        let len = self.len;
-        self.cur.bytes_mut()[len..padded].fill(0);
-        match self.worker.take() {
-            None => {
-                let mut files = self.files.take().ok_or_else(|| io::Error::other("the CBF output is closed"))?;
-                if padded > 0 {
-                    files.write_at(&self.cur.bytes()[..padded], self.at)?;
-                }
-            }
-            Some(w) => {
-                let last = std::mem::replace(&mut self.cur, Buf { v: Vec::new(), off: 0 });
-                let sent = padded == 0 || w.tx.send((last, padded, self.at)).is_ok();
-                drop(w.tx);
-                let r = w.handle.join().map_err(|_| io::Error::other("the CBF write thread panicked"))?;
-                r?;
-                if !sent {
-                    return Err(io::Error::other("the CBF write thread stopped"));
-                }
-            }
-        }
-        Ok(total)
+        self.tx = None;
+        let h = self.handle.take().ok_or_else(|| io::Error::other("the CBF output is closed"))?;
+        h.join().map_err(|_| io::Error::other("the CBF write thread panicked"))??;
+        Ok(self.pos)
     }
 }
 
 impl Drop for Sink {
     fn drop(&mut self) {
         // Abandoned (the writer was dropped or failed): let the thread finish what it has and stop.
-        if let Some(w) = self.worker.take() {
-            drop(w.tx);
-            let _ = w.handle.join();
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
         }
     }
 }
@@ -300,7 +335,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
-        let mut sink = Sink::new(&file, &path, direct).unwrap();
+        let mut sink = Sink::new(&file, &path, direct, 3 * SEG as u64).unwrap();
         let mut expect = Vec::new();
         let mut k = 0u8;
         for &n in pieces {
@@ -313,17 +348,23 @@ mod tests {
             if n % 2 == 0 {
                 sink.put(&bytes).unwrap();
             } else {
-                sink.put_with(n, |d: &mut [u8]| -> Result<(), ()> {
+                let mut seg = sink.segment(n).unwrap();
+                assert!(seg.room() >= n);
+                seg.append_with(n, |d: &mut [u8]| -> Result<(), ()> {
                     d.copy_from_slice(&bytes);
                     Ok(())
                 })
-                .unwrap()
                 .unwrap();
                 // A failing fill appends nothing.
-                assert!(sink.put_with(3, |_: &mut [u8]| Err(())).unwrap().is_err());
+                if seg.room() >= 3 {
+                    assert!(seg.append_with(3, |_: &mut [u8]| Err(())).is_err());
+                }
+                assert_eq!(seg.filled(), &bytes[..]);
+                sink.send(seg).unwrap();
             }
             expect.extend_from_slice(&bytes);
             assert_eq!(sink.position(), expect.len() as u64);
+            assert!(sink.made <= sink.limit.max(1));
         }
         let n = sink.finish().unwrap();
         assert_eq!(n, expect.len() as u64);
@@ -342,6 +383,7 @@ mod tests {
             run(direct, &[4095, 1, 4097]);
             run(direct, &[BUF - 1, 1, BUF, 3 * BUF + 5, 17]);
             run(direct, &[1001; 10_000]);
+            run(direct, &[SEG - 1, SEG, SEG + 1, 0, 1, 2 * SEG]);
             run(direct, &[7, BUF + 1, 2 * BUF + 3, 2, 5 * BUF]);
         }
     }

@@ -1,6 +1,6 @@
 //! [`CbfWriter`]: sequences in, a CBF file out.
 
-use super::sink::Sink;
+use super::sink::{Segment, Sink, SEG};
 use cntkio_core::cbf::{check_chunk_fast, check_sequence, encode_checked_record_to, encode_header, encode_prefix};
 use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
 use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
@@ -121,12 +121,13 @@ pub struct CbfSummary {
 /// such a sequence with [`cntkio_core::ErrorKind::EmptyStream`], or drops it when
 /// [`EmptyStreams::Drop`] is set (counted in [`CbfSummary::dropped_sequences`]).
 ///
-/// **Memory and I/O**: the writer keeps the data of the current chunk's sequences (the [`ChunkData`]
-/// given to [`CbfWriter::write_owned`], or a copy of what [`CbfWriter::write`] is given) and encodes
-/// them when the chunk is complete, straight into a few page-aligned buffers that a background thread
-/// writes to the file (with direct I/O on Linux, bypassing the page cache, unless the file system
-/// refuses it or `CNTKIO_DIRECT_IO=0` is set). Data no longer needed can be taken back for reuse with
-/// [`CbfWriter::take_spare`].
+/// **Memory and I/O**: each sequence is encoded as soon as it is written, into per-stream segments of
+/// the current chunk; nothing of the caller's data is kept (data handed over with
+/// [`CbfWriter::write_owned`] can be taken back at once with [`CbfWriter::take_spare`]). When the chunk
+/// is complete its segments go, in file order, to a background thread that writes them to the file
+/// (with direct I/O on Linux, bypassing the page cache, unless the file system refuses it or
+/// `CNTKIO_DIRECT_IO=0` is set) and frees them piece by piece, so the memory in flight stays near one
+/// chunk (the module `sink` tells how).
 ///
 /// **Atomicity**: everything is written to a temporary file in the target's directory, which is synced
 /// and renamed over the target by [`CbfWriter::finish`]. Dropping the writer without `finish` deletes
@@ -144,11 +145,9 @@ pub struct CbfWriter {
     table: Vec<ChunkEntry>,
     /// Meta counts of the current chunk's sequences.
     meta: Vec<u32>,
-    /// The data the current chunk's sequences come from (the last one may have later sequences too).
-    held: Vec<ChunkData>,
-    /// The current chunk's sequences, in order: `(index in held, sequence range)`.
-    pieces: Vec<(usize, Range<usize>)>,
-    /// Data the writer is done with, for [`CbfWriter::take_spare`] and copies.
+    /// Per stream, the current chunk's records, encoded (the last segment is the one being filled).
+    sections: Vec<Vec<Segment>>,
+    /// Data handed over by [`CbfWriter::write_owned`], for [`CbfWriter::take_spare`].
     spare: Vec<ChunkData>,
     pending_bytes: u64,
     pending_samples: u64,
@@ -159,10 +158,8 @@ pub struct CbfWriter {
     broken: bool,
 }
 
-/// Spare data kept at most. Data circulate (a caller refilling them takes one back per write), so
-/// the writer keeps what a chunk held rather than freeing memory that is allocated again right after
-/// (fresh pages are expensive); the count is bounded by what one chunk holds anyway.
-const MAX_SPARE: usize = 64;
+/// Spare data kept at most (a caller refilling them takes one back per write).
+const MAX_SPARE: usize = 4;
 
 impl CbfWriter {
     /// A writer with default options and this chunk size in bytes.
@@ -192,7 +189,8 @@ impl CbfWriter {
             .suffix(".tmp")
             .tempfile_in(&dir)
             .map_err(|e| Error::io(format!("create a temporary file in {}", dir.display()), e))?;
-        let mut sink = Sink::new(tmp.as_file(), tmp.path(), direct).map_err(|e| Error::io("open the output", e))?;
+        let mut sink = Sink::new(tmp.as_file(), tmp.path(), direct, options.chunk_size)
+            .map_err(|e| Error::io("open the output", e))?;
         let mut prefix = Vec::with_capacity(12);
         encode_prefix(&mut prefix);
         sink.put(&prefix).map_err(|e| Error::io("write", e))?;
@@ -201,12 +199,11 @@ impl CbfWriter {
             tmp: Some(tmp),
             sink: Some(sink),
             options,
+            sections: streams.iter().map(|_| Vec::new()).collect(),
             streams,
             pos: prefix.len() as u64,
             table: Vec::new(),
             meta: Vec::new(),
-            held: Vec::new(),
-            pieces: Vec::new(),
             spare: Vec::new(),
             pending_bytes: 0,
             pending_samples: 0,
@@ -223,73 +220,39 @@ impl CbfWriter {
 
     /// Appends every sequence of `data` (keys are not stored: CBF keys are positions). The data must
     /// match the schema (stream count, storage, dim, element type). On error the sequences before the
-    /// failing one are kept and the writer can go on. The data are copied (see
-    /// [`CbfWriter::write_owned`] to hand them over instead).
+    /// failing one are kept and the writer can go on. Nothing of `data` is kept: each sequence is
+    /// encoded right away.
     pub fn write(&mut self, data: &ChunkData) -> Result<(), Error> {
         self.check(data)?;
-        let n = data.num_sequences();
-        // The sequences up to the first that cannot be encoded are copied and written (a sequence with
-        // an empty stream is left to the empty-stream rule, as it is never encoded); that one's error
-        // comes after them.
-        let (ok, err) = if check_chunk_fast(data) {
-            (n, None)
-        } else {
-            let fails = |s: usize| match stream_lens(data, s) {
-                Err(e) => Some(e),
-                Ok(_) if has_empty(data, s) => None,
-                Ok(_) => check_sequence(data, s).err(),
-            };
-            match (0..n).find_map(|s| fails(s).map(|e| (s, e))) {
-                Some((s, e)) => (s, Some(e.with_sequence(data.keys[s]))),
-                None => (n, None),
-            }
-        };
-        let mut copy = self.spare_data();
-        copy_sequences(data, 0..ok, &mut copy)?;
-        self.push_owned(copy, true)?;
-        match err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        let valid = check_chunk_fast(data);
+        self.append(data, 0..data.num_sequences(), valid)
     }
 
-    /// Appends every sequence of `data`, which the writer keeps until their chunk is written (no copy).
-    /// Same rules and errors as [`CbfWriter::write`]. [`CbfWriter::take_spare`] gives back data the
-    /// writer is done with, to be refilled.
+    /// [`CbfWriter::write`], then keeps `data` for [`CbfWriter::take_spare`], which gives it back
+    /// cleared for a parser to refill (fresh allocations for every chunk would cost page faults).
     pub fn write_owned(&mut self, data: ChunkData) -> Result<(), Error> {
-        self.check(&data)?;
-        let fast = check_chunk_fast(&data);
-        self.push_owned(data, fast)
+        let r = self.write(&data);
+        if self.spare.len() < MAX_SPARE {
+            self.spare.push(data);
+        }
+        r
     }
 
-    /// Appends sequence `s` of `data` (copied).
+    /// Appends sequence `s` of `data`.
     pub fn write_sequence(&mut self, data: &ChunkData, s: usize) -> Result<(), Error> {
         self.check(data)?;
         if s >= data.num_sequences() {
             return Err(Error::config(format!("sequence {s} does not exist; the data have {}", data.num_sequences())));
         }
-        check_sequence(data, s).map_err(|e| e.with_sequence(data.keys[s]))?;
-        let mut copy = self.spare_data();
-        copy_sequences(data, s..s + 1, &mut copy)?;
-        self.push_owned(copy, true)
+        self.append(data, s..s + 1, false)
     }
 
-    /// Data the writer no longer needs (written, or refused), cleared, whose allocations can be reused
-    /// (e.g. by a parser); `None` if there is none.
+    /// Data handed over by [`CbfWriter::write_owned`], cleared, whose allocations can be reused (e.g.
+    /// by a parser); `None` if there is none.
     pub fn take_spare(&mut self) -> Option<ChunkData> {
         let mut d = self.spare.pop()?;
         d.clear();
         Some(d)
-    }
-
-    fn spare_data(&mut self) -> ChunkData {
-        self.take_spare().unwrap_or(ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() })
-    }
-
-    fn recycle(&mut self, d: ChunkData) {
-        if self.spare.len() < MAX_SPARE {
-            self.spare.push(d);
-        }
     }
 
     fn check(&self, data: &ChunkData) -> Result<(), Error> {
@@ -328,21 +291,12 @@ impl CbfWriter {
         Ok(())
     }
 
-    /// Takes `data` (checked against the schema; `valid`: every sequence passed
-    /// [`check_chunk_fast`]) and appends its sequences, closing chunks as they fill.
-    fn push_owned(&mut self, data: ChunkData, valid: bool) -> Result<(), Error> {
-        let n = data.num_sequences();
-        if n == 0 {
-            self.recycle(data);
-            return Ok(());
-        }
-        self.held.push(data);
-        let mut start = 0; // first sequence of the run not yet in `pieces`
-        let mut result = Ok(());
-        for s in 0..n {
-            let slot = self.held.len() - 1;
-            match self.accept(slot, s, valid) {
-                Ok(Accept::Take { meta, bytes }) => {
+    /// Appends sequences `r` of `data` (checked against the schema; `valid`: every sequence passed
+    /// [`check_chunk_fast`]), closing chunks as they fill. Stops at the first sequence that is refused.
+    fn append(&mut self, data: &ChunkData, r: Range<usize>, valid: bool) -> Result<(), Error> {
+        for s in r {
+            match self.accept(data, s, valid)? {
+                Accept::Take { meta, bytes } => {
                     let full = !self.meta.is_empty()
                         && (self.meta.len() == u32::MAX as usize
                             || self.pending_samples + u64::from(meta) > u64::from(u32::MAX));
@@ -350,69 +304,27 @@ impl CbfWriter {
                         && !self.meta.is_empty()
                         && self.pending_bytes + bytes > self.options.chunk_size;
                     if full || over {
-                        self.close_run(slot, start..s);
-                        start = s;
-                        if let Err(e) = self.flush_chunk(true) {
-                            result = Err(e);
-                            break;
-                        }
+                        self.flush_chunk()?;
                     }
-                    let slot = self.held.len() - 1;
+                    self.encode_sequence(data, s)?;
                     self.meta.push(meta);
                     self.pending_bytes += bytes;
                     self.pending_samples += u64::from(meta);
                     if self.options.chunking == Chunking::Ctf2binCompatible {
-                        self.estimate += ctf2bin_estimate(&self.held[slot], s);
+                        self.estimate += ctf2bin_estimate(data, s);
                         if self.estimate >= self.options.chunk_size {
-                            self.close_run(slot, start..s + 1);
-                            start = s + 1;
-                            if let Err(e) = self.flush_chunk(true) {
-                                result = Err(e);
-                                break;
-                            }
+                            self.flush_chunk()?;
                         }
                     }
                 }
-                Ok(Accept::Drop) => {
-                    self.close_run(slot, start..s);
-                    start = s + 1;
-                    self.summary.dropped_sequences += 1;
-                }
-                Err(e) => {
-                    self.close_run(slot, start..s);
-                    start = n;
-                    result = Err(e);
-                    break;
-                }
+                Accept::Drop => self.summary.dropped_sequences += 1,
             }
         }
-        let slot = self.held.len() - 1;
-        if start < n && result.is_ok() {
-            self.close_run(slot, start..n);
-        }
-        // Data none of whose sequences wait in the chunk are not needed any more.
-        if !matches!(self.pieces.last(), Some(p) if p.0 == slot) {
-            if let Some(d) = self.held.pop() {
-                self.recycle(d);
-            }
-        }
-        result
+        Ok(())
     }
 
-    /// Adds sequences `r` of `held[slot]` to the current chunk's pieces.
-    fn close_run(&mut self, slot: usize, r: Range<usize>) {
-        if r.is_empty() {
-            return;
-        }
-        match self.pieces.last_mut() {
-            Some((k, last)) if *k == slot && last.end == r.start => last.end = r.end,
-            _ => self.pieces.push((slot, r)),
-        }
-    }
-
-    /// Decides about sequence `s` of `held[slot]`: its meta count and size, or drop it.
-    fn accept(&self, slot: usize, s: usize, valid: bool) -> Result<Accept, Error> {
-        let data = &self.held[slot];
+    /// Decides about sequence `s` of `data`: its meta count and size, or drop it.
+    fn accept(&self, data: &ChunkData, s: usize, valid: bool) -> Result<Accept, Error> {
         let key = data.keys[s];
         stream_lens(data, s).map_err(|e| e.with_sequence(key))?;
         let lens = || data.streams.iter().map(move |d| d.sequence_len(s));
@@ -443,9 +355,36 @@ impl CbfWriter {
         Ok(Accept::Take { meta, bytes })
     }
 
-    /// Writes the current chunk. `keep_last`: the last held data may have sequences for the next chunk.
-    fn flush_chunk(&mut self, keep_last: bool) -> Result<(), Error> {
-        let r = self.encode_chunk();
+    /// Encodes sequence `s` of `data` (accepted: checked) into the current chunk's sections. A failure
+    /// here (the data changed after the checks, or the disk failed) leaves the sections inconsistent,
+    /// so it breaks the writer.
+    fn encode_sequence(&mut self, data: &ChunkData, s: usize) -> Result<(), Error> {
+        let r = self.encode_sequence_inner(data, s);
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+
+    fn encode_sequence_inner(&mut self, data: &ChunkData, s: usize) -> Result<(), Error> {
+        let sink = self.sink.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
+        for (d, sec) in data.streams.iter().zip(&mut self.sections) {
+            let len =
+                usize::try_from(valid_record_len(d, s)).map_err(|_| Error::config("a record too large for memory"))?;
+            if !matches!(sec.last(), Some(g) if g.room() >= len) {
+                sec.push(sink.segment(len).map_err(|e| Error::io("write a CBF chunk", e))?);
+            }
+            match sec.last_mut() {
+                Some(g) => g.append_with(len, |dst| encode_checked_record_to(d, s, dst))?,
+                None => return Err(Error::config("internal: no segment to encode into")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the current chunk: its meta counts, then stream after stream its records.
+    fn flush_chunk(&mut self) -> Result<(), Error> {
+        let r = self.send_chunk();
         if r.is_err() {
             self.broken = true;
         }
@@ -460,39 +399,27 @@ impl CbfWriter {
         self.summary.sequences += self.meta.len() as u64;
         self.summary.samples += self.pending_samples;
         self.meta.clear();
-        self.pieces.clear();
-        let last = if keep_last { self.held.pop() } else { None };
-        let done: Vec<ChunkData> = self.held.drain(..).collect();
-        for d in done {
-            self.recycle(d);
-        }
-        self.held.extend(last);
         self.pending_bytes = 0;
         self.pending_samples = 0;
         Ok(())
     }
 
-    /// Encodes the current chunk into the sink: meta counts, then stream after stream each sequence's
-    /// record.
-    fn encode_chunk(&mut self) -> Result<(), Error> {
+    fn send_chunk(&mut self) -> Result<(), Error> {
         let sink = self.sink.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
         let io = |e| Error::io("write a CBF chunk", e);
-        let meta = &self.meta;
-        sink.put_with(4 * meta.len(), |dst: &mut [u8]| -> Result<(), Error> {
-            for (o, m) in dst.chunks_exact_mut(4).zip(meta) {
-                o.copy_from_slice(&m.to_le_bytes());
-            }
-            Ok(())
-        })
-        .map_err(io)??;
-        for i in 0..self.streams.len() {
-            for (slot, r) in &self.pieces {
-                let d = &self.held[*slot].streams[i];
-                for s in r.clone() {
-                    let len = usize::try_from(valid_record_len(d, s))
-                        .map_err(|_| Error::config("a record too large for memory"))?;
-                    sink.put_with(len, |dst| encode_checked_record_to(d, s, dst)).map_err(io)??;
+        for meta in self.meta.chunks(SEG / 4) {
+            let mut g = sink.segment(4 * meta.len()).map_err(io)?;
+            g.append_with(4 * meta.len(), |dst| -> Result<(), Error> {
+                for (o, m) in dst.chunks_exact_mut(4).zip(meta) {
+                    o.copy_from_slice(&m.to_le_bytes());
                 }
+                Ok(())
+            })?;
+            sink.send(g).map_err(io)?;
+        }
+        for sec in &mut self.sections {
+            for g in sec.drain(..) {
+                sink.send(g).map_err(io)?;
             }
         }
         if sink.position() != self.pos + self.pending_bytes {
@@ -520,7 +447,7 @@ impl CbfWriter {
         let last =
             !self.meta.is_empty() || (self.options.chunking == Chunking::Ctf2binCompatible && self.table.is_empty());
         if last {
-            self.flush_chunk(false)?;
+            self.flush_chunk()?;
         }
         let header_offset = self.pos;
         let mut tail = Vec::new();
@@ -575,55 +502,6 @@ enum Accept {
     Take { meta: u32, bytes: u64 },
     /// Leave it out ([`EmptyStreams::Drop`]).
     Drop,
-}
-
-/// Copies sequences `r` of `src` into `dst` (its allocations reused), rebasing offsets. The sequences
-/// must have passed [`check_sequence`]; anything inconsistent still gives an error, not a panic.
-fn copy_sequences(src: &ChunkData, r: Range<usize>, dst: &mut ChunkData) -> Result<(), Error> {
-    let bad = || Error::config("internal: inconsistent chunk data");
-    dst.keys.clear();
-    dst.keys.extend_from_slice(src.keys.get(r.clone()).ok_or_else(bad)?);
-    dst.num_samples.clear();
-    dst.num_samples.extend_from_slice(src.num_samples.get(r.clone()).ok_or_else(bad)?);
-    dst.streams.truncate(src.streams.len());
-    while dst.streams.len() < src.streams.len() {
-        let d = &src.streams[dst.streams.len()];
-        dst.streams.push(StreamData::new(d.format(), d.dim, d.values.element_type()));
-    }
-    for (d, o) in src.streams.iter().zip(dst.streams.iter_mut()) {
-        if o.format() != d.format() || o.values.element_type() != d.values.element_type() {
-            *o = StreamData::new(d.format(), d.dim, d.values.element_type());
-        }
-        o.dim = d.dim;
-        o.clear();
-        let seq = d.sequence_offsets.get(r.start..=r.end).ok_or_else(bad)?;
-        let (sa, sb) = (seq[0], seq[seq.len() - 1]);
-        o.sequence_offsets.clear();
-        o.sequence_offsets.extend(seq.iter().map(|&x| x.wrapping_sub(sa)));
-        let to_usize = |x: u64| usize::try_from(x).map_err(|_| bad());
-        let (ea, eb) = match (&d.layout, &mut o.layout) {
-            (Layout::Dense, Layout::Dense) => {
-                let ea = to_usize(sa)?.checked_mul(d.dim).ok_or_else(bad)?;
-                let eb = to_usize(sb)?.checked_mul(d.dim).ok_or_else(bad)?;
-                (ea, eb)
-            }
-            (Layout::Sparse { indices, sample_offsets }, Layout::Sparse { indices: oi, sample_offsets: oo }) => {
-                let offs = sample_offsets.get(to_usize(sa)?..=to_usize(sb)?).ok_or_else(bad)?;
-                let (ea, eb) = (to_usize(offs[0])?, to_usize(offs[offs.len() - 1])?);
-                oo.clear();
-                oo.extend(offs.iter().map(|&x| x.wrapping_sub(offs[0])));
-                oi.clear();
-                oi.extend_from_slice(indices.get(ea..eb).ok_or_else(bad)?);
-                (ea, eb)
-            }
-            _ => return Err(bad()),
-        };
-        if ea > eb || eb > d.values.len() {
-            return Err(bad());
-        }
-        o.values.extend_from(&d.values, ea..eb);
-    }
-    Ok(())
 }
 
 /// `ctf2bin.py`'s size estimate of a sequence (CBF.md §7.5).
