@@ -1803,7 +1803,8 @@ fn convert_round_trips_are_byte_identical() {
         run(args!["convert", &src, &c1, &schema[..], "--chunk-size", chunk]).code(0).err_has("CTF → CBF: ");
         // Back to CTF with the aliases of the schema, and again to CBF: the same bytes.
         run(args!["convert", &c1, &t1, &schema[..]]).code(0).err_has("CBF → CTF: ");
-        run(args!["-q", "convert", &t1, &c2, &schema[..], "--chunk-size", chunk]).code(0);
+        // (with one parser thread, whose writer has a thread of its own, and with two)
+        run(args!["-q", "convert", &t1, &c2, &schema[..], "--chunk-size", chunk, "--threads", "1"]).code(0);
         assert!(read(&c1) == read(&c2), "{}: CTF → CBF → CTF → CBF changed the bytes", src.display());
         // Without aliases the CTF uses the stream names; with names as aliases it reads back the same.
         run(args!["-q", "convert", &c2, &t2]).code(0);
@@ -1819,7 +1820,7 @@ fn convert_round_trips_are_byte_identical() {
             })
             .collect();
         let by_name: Vec<&str> = by_name.iter().map(String::as_str).collect();
-        run(args!["-q", "convert", &t2, &c3, &by_name[..], "--chunk-size", chunk]).code(0);
+        run(args!["-q", "convert", &t2, &c3, &by_name[..], "--chunk-size", chunk, "--threads", "2"]).code(0);
         assert!(read(&c1) == read(&c3), "{}: names as aliases", src.display());
         // The same dump from every form (CBF numbers the sequences from 0; the CTF source has its own ids).
         let stdout = renumber(&run(args!["dump", &src, &schema[..]]).code(0).stdout());
@@ -1968,29 +1969,34 @@ fn convert_failure_leaves_no_file_and_keeps_the_old_one() {
     let good = write(d.path(), "good.ctf", "0 |x 1\n1 |x 2\n2 |x 3\n");
     let es = write(d.path(), "es.ctf", "0 |a 1 |b 1:1\n1 |a 2\n2 |a 3 |b 2:1\n");
     let x = ["--stream", "x:1:dense"];
-    // A new output: not created.
-    let before = dir_names(d.path());
-    let o = run(args!["convert", &bad, d.path().join("new.cbf").as_path(), &x]);
-    o.code(1).err_has("bad.ctf:2:6: error[E0022]");
-    assert_eq!(dir_names(d.path()), before, "no output and no temporary file");
-    // An existing output: kept as it was.
-    let old = write(d.path(), "out.cbf", "old contents");
-    let before = dir_names(d.path());
-    run(args!["convert", &bad, &old, &x]).code(1);
-    assert_eq!(read(&old), b"old contents");
-    assert_eq!(dir_names(d.path()), before);
-    // A sequence without a configured stream: refused (nothing written) ...
     let ab = ["--stream", "a:1:dense", "--stream", "b:3:sparse"];
-    run(args!["convert", &es, &old, &ab]).code(1).err_has("es.ctf:2:1: error[E0021]");
-    assert_eq!(read(&old), b"old contents");
-    assert_eq!(dir_names(d.path()), before);
-    // ... unless asked to drop it.
-    run(args!["convert", &es, &old, &ab, "--skip-bad-sequences"]).code(0);
-    let o = run(args!["dump", &old]);
-    assert_eq!(
-        o.code(0).stdout(),
-        "{\"key\":0,\"streams\":{\"a\":[[1]],\"b\":[[[1,1]]]}}\n{\"key\":1,\"streams\":{\"a\":[[3]],\"b\":[[[2,1]]]}}\n"
-    );
+    // With one parser the writer works on a thread of its own; with more, on the calling thread.
+    for j in ["1", "2"] {
+        let j = ["--threads", j];
+        // A new output: not created.
+        let before = dir_names(d.path());
+        let o = run(args!["convert", &bad, d.path().join("new.cbf").as_path(), &x, &j]);
+        o.code(1).err_has("bad.ctf:2:6: error[E0022]");
+        assert_eq!(dir_names(d.path()), before, "no output and no temporary file");
+        // An existing output: kept as it was.
+        let old = write(d.path(), "out.cbf", "old contents");
+        let before = dir_names(d.path());
+        run(args!["convert", &bad, &old, &x, &j]).code(1);
+        assert_eq!(read(&old), b"old contents");
+        assert_eq!(dir_names(d.path()), before);
+        // A sequence without a configured stream: refused (nothing written) ...
+        run(args!["convert", &es, &old, &ab, &j]).code(1).err_has("es.ctf:2:1: error[E0021]");
+        assert_eq!(read(&old), b"old contents");
+        assert_eq!(dir_names(d.path()), before);
+        // ... unless asked to drop it.
+        run(args!["convert", &es, &old, &ab, "--skip-bad-sequences", &j]).code(0);
+        let o = run(args!["dump", &old]);
+        assert_eq!(
+            o.code(0).stdout(),
+            "{\"key\":0,\"streams\":{\"a\":[[1]],\"b\":[[[1,1]]]}}\n{\"key\":1,\"streams\":{\"a\":[[3]],\"b\":[[[2,1]]]}}\n"
+        );
+        std::fs::remove_file(&old).unwrap();
+    }
     // A damaged CBF in its 4th chunk: CBF → CTF fails, leaving the old CTF output.
     let cbf = d.path().join("atis.cbf");
     run(args!["-q", "convert", real("atis/atis.test.ctf").as_path(), &cbf, &ATIS, "--chunk-size", "64k"]).code(0);

@@ -4,7 +4,7 @@
 use crate::cbf::{CbfFile, CbfOptions, CbfWriter, CbfWriterOptions};
 use crate::ctf::{scan_file_owned, ScanOptions};
 use crate::input::{Access, InputFile};
-use crate::{CtfOptions, Error, Schema};
+use crate::{ChunkData, CtfOptions, Error, Schema};
 use cntkio_core::ctf::write::CtfWriter;
 use std::io::Write;
 use std::ops::ControlFlow;
@@ -86,21 +86,55 @@ pub fn ctf_to_cbf(
     let mut w = CbfWriter::with_options(output, schema, how.writer)?;
     let read_opts = CtfOptions { chunk_size: how.ctf.chunk_size.min(CONVERT_READ_CHUNK), ..how.ctf.clone() };
     let mut summary = ConvertSummary::default();
-    // Parsed chunks are handed to the writer, which keeps them until their CBF chunk is written and
-    // gives back the ones it is done with for the parsers to refill.
-    scan_file_owned(
-        &file,
-        schema,
-        &read_opts,
-        &how.scan,
-        |p| {
-            summary.tolerated_errors += p.num_errors;
-            summary.dropped_sequences += p.num_dropped;
-            w.write_owned(p.data)?;
-            Ok((ControlFlow::Continue(()), w.take_spare()))
-        },
-        progress,
-    )?;
+    let mut scan = |hand: &mut dyn FnMut(ChunkData) -> Result<Option<ChunkData>, Error>| {
+        scan_file_owned(
+            &file,
+            schema,
+            &read_opts,
+            &how.scan,
+            |p| {
+                summary.tolerated_errors += p.num_errors;
+                summary.dropped_sequences += p.num_dropped;
+                Ok((ControlFlow::Continue(()), hand(p.data)?))
+            },
+            progress,
+        )
+    };
+    let w = if how.scan.threads > 1 {
+        // The calling thread indexes and writes while the parsers work; parsed chunks the writer is done
+        // with go back to them.
+        scan(&mut |d| {
+            w.write_owned(d)?;
+            Ok(w.take_spare())
+        })?;
+        w
+    } else {
+        // One parser, the calling thread: the writer checks and encodes on a thread of its own, so the
+        // parse does nothing else. A writer's error concerns data before any the scan could have failed
+        // on, so it comes first.
+        let (tx, rx) = crossbeam_channel::bounded::<ChunkData>(2);
+        let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<ChunkData>();
+        let (scanned, written) = std::thread::scope(|sc| {
+            let writer = sc.spawn(move || -> Result<CbfWriter, Error> {
+                for mut d in rx {
+                    w.write(&d)?;
+                    d.clear();
+                    let _ = spare_tx.send(d);
+                }
+                Ok(w)
+            });
+            let scanned = scan(&mut |d| {
+                tx.send(d).map_err(|_| Error::config("the CBF writer stopped"))?;
+                Ok(spare_rx.try_recv().ok())
+            });
+            drop(tx);
+            let written = writer.join().unwrap_or_else(|_| Err(Error::config("the CBF writer thread panicked")));
+            (scanned, written)
+        });
+        let w = written?;
+        scanned?;
+        w
+    };
     if w.sequences_written() == 0 {
         return Err(Error::config(format!(
             "{} holds no sequence for this schema (no row mentions the definesMBSize stream?); no output written",
