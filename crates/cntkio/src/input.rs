@@ -133,6 +133,14 @@ impl InputFile {
         Ok(f(buf))
     }
 
+    /// A streaming pass is done with `[offset, offset + len)`: takes its mapped pages out of the
+    /// process's resident set (see `mmap::release`). Nothing happens for a file that is read, not mapped.
+    pub(crate) fn release(&self, offset: u64, len: u64) {
+        if let (Some(m), Ok(a), Ok(n)) = (&self.map, usize::try_from(offset), usize::try_from(len)) {
+            crate::mmap::release(m, a, n);
+        }
+    }
+
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
     pub fn read_some(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
         if let Some(m) = &self.map {

@@ -50,3 +50,27 @@ pub(crate) fn prefault(map: &Mmap, offset: usize, len: usize) {
     #[cfg(not(target_os = "linux"))]
     let _ = (map, offset, len);
 }
+
+/// Takes the whole pages inside `[offset, offset + len)` out of this process's resident set
+/// (`MADV_DONTNEED`), for a pass that is done with them: a streaming pass over a mapped file then
+/// keeps its memory bounded by what it has in flight instead of growing to the file's size. The page
+/// cache keeps the pages, so a later read of them is a cheap minor fault. A hint: failure (other
+/// systems, another page size) changes nothing.
+pub(crate) fn release(map: &Mmap, offset: usize, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let page = 4096;
+        let start = offset.div_ceil(page).saturating_mul(page);
+        let end = offset.saturating_add(len).min(map.len()) / page * page;
+        if end > start {
+            // SAFETY: `Mmap::map` makes a read-only *shared* mapping of a file. Dropping its pages only
+            // unmaps them from this process: the next access maps the same file page again from the
+            // page cache (or the disk), so every byte read through the map, including through slices
+            // borrowed from it, stays what the file holds; nothing reverts, as it would for a private or
+            // anonymous mapping. The range is inside the map.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (map, offset, len);
+}

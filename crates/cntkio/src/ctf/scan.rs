@@ -105,7 +105,10 @@ pub fn scan_file_owned(
         if scan.enforce_max_errors {
             apply_budget(&mut used, opts.max_errors, &p)?;
         }
+        let (at, len) = (p.desc.offset, p.desc.len_bytes);
         let (flow, spare) = consumer(p)?;
+        // A mapped file's pages of this chunk are not needed again in this pass.
+        file.release(at, len);
         if flow.is_break() {
             return Err(Error::config(STOPPED));
         }
