@@ -387,4 +387,26 @@ mod tests {
             run(direct, &[7, BUF + 1, 2 * BUF + 3, 2, 5 * BUF]);
         }
     }
+
+    #[test]
+    fn a_failing_write_is_reported_not_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        std::fs::write(&path, b"").unwrap();
+        // Open read-only: every write of the thread fails.
+        let file = std::fs::File::open(&path).unwrap();
+        for total in [10usize, 5 * BUF + 3] {
+            let mut sink = Sink::new(&file, &path, false, 2 * SEG as u64).unwrap();
+            let bytes = vec![7u8; 4096];
+            let mut failed = false;
+            for _ in 0..total.div_ceil(bytes.len()) {
+                if sink.put(&bytes).is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            // The error comes from a later put or, at the latest, from finish.
+            assert!(failed || sink.finish().is_err(), "{total} bytes");
+        }
+    }
 }
