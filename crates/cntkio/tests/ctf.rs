@@ -211,6 +211,26 @@ fn scans_across_scan_windows_agree() {
 #[test]
 fn line_mode_index_agrees_with_the_block_scans() {
     let dir = tempfile::tempdir().unwrap();
+    for (case, p, data) in row_files(dir.path()) {
+        let chunk_size = [1u64, 50, 1000, 64 << 20][case % 4];
+        for main in [None, Some("a")] {
+            let want = cntkio_core::ctf::index::index_bytes(&data, true, main, chunk_size).unwrap();
+            let cfg =
+                cntkio::ctf::IndexConfig { skip_sequence_ids: true, main_alias: main.map(str::to_string), chunk_size };
+            for access in [Access::Read, Access::Mmap] {
+                for threads in [1, 2] {
+                    let f = InputFile::open(&p, access).unwrap();
+                    let got = cntkio::ctf::build_index(&f, &cfg, threads, &mut |_| {}).unwrap();
+                    assert_eq!(got.chunks, want, "case {case}, main {main:?}, {access:?}, {threads} thread(s)");
+                }
+            }
+        }
+    }
+}
+
+/// 40 line-mode files of random rows: blank rows, CRLF, a BOM, a row longer than a scan window (4 MiB),
+/// the last row with and without a newline, rows of broken values.
+fn row_files(dir: &Path) -> Vec<(usize, std::path::PathBuf, Vec<u8>)> {
     let mut x = 0x2545_F491_4F6C_DD1Du64;
     let mut rnd = move |n: u64| {
         x ^= x << 13;
@@ -218,6 +238,7 @@ fn line_mode_index_agrees_with_the_block_scans() {
         x ^= x << 17;
         x % n
     };
+    let mut files = Vec::new();
     for case in 0..40 {
         let mut data = Vec::new();
         if case % 5 == 0 {
@@ -246,20 +267,76 @@ fn line_mode_index_agrees_with_the_block_scans() {
         if case % 2 == 1 {
             data.pop();
         }
-        let p = dir.path().join(format!("rows{case}.ctf"));
+        let p = dir.join(format!("rows{case}.ctf"));
         std::fs::write(&p, &data).unwrap();
-        let chunk_size = [1u64, 50, 1000, 64 << 20][case % 4];
-        for main in [None, Some("a")] {
-            let want = cntkio_core::ctf::index::index_bytes(&data, true, main, chunk_size).unwrap();
-            let cfg =
-                cntkio::ctf::IndexConfig { skip_sequence_ids: true, main_alias: main.map(str::to_string), chunk_size };
-            for access in [Access::Read, Access::Mmap] {
-                for threads in [1, 2] {
-                    let f = InputFile::open(&p, access).unwrap();
-                    let got = cntkio::ctf::build_index(&f, &cfg, threads, &mut |_| {}).unwrap();
-                    assert_eq!(got.chunks, want, "case {case}, main {main:?}, {access:?}, {threads} thread(s)");
+        files.push((case, p, data));
+    }
+    files
+}
+
+/// One pass with one thread (the parser finds the rows; the indexer only cuts chunks) against one with
+/// two (block scans, sequences from the index): the same chunks, sequences, values, errors, warnings and
+/// outcome, on the files of `row_files`, read and mapped, with tiny to large chunks and with and without
+/// an error budget.
+#[test]
+fn one_thread_pass_finding_rows_agrees_with_the_indexed_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::new(vec![
+        StreamSpec::new("a", 3, StorageFormat::Dense),
+        StreamSpec::new("b", 20, StorageFormat::Sparse),
+    ])
+    .unwrap();
+    let mut delivered = 0;
+    for (case, p, _) in row_files(dir.path()) {
+        for chunk_size in [1u64, 50, 1000, 64 << 20] {
+            for max_errors in [0, 1 << 40] {
+                let opts = CtfOptions { chunk_size, max_errors, skip_sequence_ids: true, ..CtfOptions::default() };
+                let mut outs = Vec::new();
+                for access in [Access::Read, Access::Mmap] {
+                    for threads in [1, 2] {
+                        let f = InputFile::open(&p, access).unwrap();
+                        let mut got = Vec::new();
+                        // With a budget, sequences without some stream are dropped rather than fatal.
+                        let scan = ScanOptions {
+                            threads,
+                            warnings: true,
+                            skip_bad_sequences: max_errors > 0,
+                            ..ScanOptions::default()
+                        };
+                        let r = scan_file(
+                            &f,
+                            &schema,
+                            &opts,
+                            &scan,
+                            |c| {
+                                got.push(format!(
+                                    "{:?} {:?} {:?} {:?} {:?} {} {}",
+                                    c.desc, c.data, c.errors, c.fatal, c.warnings, c.num_errors, c.num_dropped
+                                ));
+                                Ok(ControlFlow::Continue(()))
+                            },
+                            &mut |_| {},
+                        );
+                        got.push(match r {
+                            Ok(s) => format!("ok {:?} {} {}", s.mode, s.chunks, s.errors),
+                            Err(e) => format!("error {e:?}"),
+                        });
+                        outs.push((access, threads, got));
+                    }
+                }
+                let (_, _, want) = &outs[1];
+                if max_errors > 0 && want.len() > 1 {
+                    delivered += 1;
+                }
+                for (access, threads, got) in &outs {
+                    assert!(
+                        got == want,
+                        "case {case}, chunk size {chunk_size}, max errors {max_errors}, {access:?}, {threads} thread(s)"
+                    );
                 }
             }
         }
     }
+    // With a budget, every file delivers chunks.
+    assert_eq!(delivered, 40 * 4);
 }

@@ -148,11 +148,7 @@ impl CtfParser {
         out: &mut ChunkData,
         sink: &mut dyn ErrorSink,
     ) -> Result<(), Error> {
-        let mut st = SeqState {
-            counts: vec![0; self.streams.len()],
-            value_start: vec![0; self.streams.len()],
-            offsets_start: vec![0; self.streams.len()],
-        };
+        let mut st = SeqState::new(self.streams.len());
         for seq in seqs {
             let a = seq
                 .offset
@@ -171,6 +167,38 @@ impl CtfParser {
             // The fast paths may look past the sequence's end (never using what they see there).
             let ext = &bytes[a..];
             self.parse_sequence(ext, seq.len_bytes as usize, seq.offset, seq, out, &mut st, sink)?;
+        }
+        Ok(())
+    }
+
+    /// Parses the rows of a line-mode file without a `definesMBSize` stream, where every row is a
+    /// sequence of one sample: `bytes` (from absolute offset `base`, starting at a row) are cut into rows
+    /// at each `\n` (the last may end at the end of `bytes`), which are keyed `first_key`, `first_key + 1`,
+    /// …, appended to `seqs` and parsed. This is what [`CtfParser::parse_sequences`] does with the
+    /// sequences the line-mode index makes of the same rows, in one pass over the bytes.
+    pub fn parse_rows(
+        &self,
+        bytes: &[u8],
+        base: u64,
+        first_key: u64,
+        seqs: &mut Vec<SequenceDesc>,
+        out: &mut ChunkData,
+        sink: &mut dyn ErrorSink,
+    ) -> Result<(), Error> {
+        let mut st = SeqState::new(self.streams.len());
+        let mut pos = 0usize;
+        let mut key = first_key;
+        while pos < bytes.len() {
+            let ext = &bytes[pos..];
+            let len = memchr::memchr(b'\n', ext).map_or(ext.len(), |k| k + 1);
+            let offset = base + pos as u64;
+            let len_bytes = u32::try_from(len)
+                .map_err(|_| Error::at(ErrorKind::SequenceTooLarge { sequence: key, len_bytes: len as u64 }, offset))?;
+            let seq = SequenceDesc { key, offset, len_bytes, num_samples: 1 };
+            seqs.push(seq);
+            self.parse_sequence(ext, len, offset, &seq, out, &mut st, sink)?;
+            key += 1;
+            pos += len;
         }
         Ok(())
     }
@@ -423,6 +451,12 @@ struct SeqState {
     value_start: Vec<usize>,
     /// Length of each sparse stream's `sample_offsets` at the start of the current sequence.
     offsets_start: Vec<usize>,
+}
+
+impl SeqState {
+    fn new(streams: usize) -> SeqState {
+        SeqState { counts: vec![0; streams], value_start: vec![0; streams], offsets_start: vec![0; streams] }
+    }
 }
 
 #[inline]

@@ -311,6 +311,132 @@ pub fn index_streaming_bytes(
     Ok(start.mode)
 }
 
+/// The chunks of a line-mode file without a `definesMBSize` stream, for one pass in which the parser
+/// finds the rows: every row is a sequence of one sample, so a chunk (the rows that end within
+/// `chunk_size` bytes of its start, or its first row alone if that is longer) is found with one
+/// backward search for `\n`, with no work per row. `on_chunk` gets each chunk's description with its
+/// `index`, `offset`, `len_bytes` and `first_line` (its first row's key) and no sequences, and its bytes;
+/// it returns the number of rows the chunk holds (the parser counts them). The chunks are those of
+/// [`index_streaming`], read once (the carry between reads is less than one row).
+///
+/// Returns `Ok(None)`, having handed out nothing, when the file is not of that kind (id mode, a
+/// `definesMBSize` stream, an empty file) or `chunk_size` is 4 GiB or more (where the index's limits on
+/// offsets inside a chunk apply): [`index_streaming_bytes`] serves those.
+pub(crate) fn index_line_chunks(
+    file: &InputFile,
+    cfg: &IndexConfig,
+    mut on_chunk: impl FnMut(ChunkDesc, &[u8]) -> Result<u64, Error>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Option<IndexMode>, Error> {
+    let len = file.len();
+    if len == 0 || cfg.main_alias.is_some() || cfg.chunk_size >= 1 << 32 {
+        return Ok(None);
+    }
+    let start = find_start(file, cfg.skip_sequence_ids)?;
+    if start.mode != IndexMode::Lines {
+        return Ok(None);
+    }
+    let max = cfg.chunk_size.min(len);
+    let mapped = file.mapped();
+    // Positional reads: `buf[..filled]` holds the file's bytes from offset `base` on.
+    let mut buf: Vec<u8> = Vec::new();
+    let mut filled = 0usize;
+    let mut base = start.offset;
+    let mut at = start.offset; // the next chunk's first byte
+    let mut line = start.line;
+    let mut index = 0u64;
+    while at < len {
+        // The bytes from `at` to the end of the window, or further when no row ends in the window.
+        let wend = at.saturating_add(max).min(len);
+        let end = match mapped {
+            Some(m) => {
+                let (a, w) = (at as usize, wend as usize);
+                if w == m.len() {
+                    m.len() as u64
+                } else {
+                    match memchr::memrchr(b'\n', &m[a..w]) {
+                        Some(k) => (a + k + 1) as u64,
+                        None => memchr::memchr(b'\n', &m[w..]).map_or(m.len(), |k| w + k + 1) as u64,
+                    }
+                }
+            }
+            None => {
+                // Drop what the last chunk took; keep the carry.
+                let d = (at - base) as usize;
+                buf.copy_within(d..filled, 0);
+                filled -= d;
+                base = at;
+                let need = (wend - base) as usize;
+                fill_to(file, &mut buf, &mut filled, base, need)?;
+                if wend == len {
+                    len
+                } else if let Some(k) = memchr::memrchr(b'\n', &buf[..need]) {
+                    base + k as u64 + 1
+                } else {
+                    // No row ends in the window: the first row is longer than the chunk size and makes
+                    // a chunk alone; read on to its end.
+                    let mut searched = need;
+                    loop {
+                        if let Some(k) = memchr::memchr(b'\n', &buf[searched..filled]) {
+                            break base + (searched + k) as u64 + 1;
+                        }
+                        searched = filled;
+                        if base + filled as u64 == len {
+                            break len;
+                        }
+                        let want = (filled + SCAN_BLOCK).min((len - base) as usize);
+                        fill_to(file, &mut buf, &mut filled, base, want)?;
+                    }
+                }
+            }
+        };
+        if index >= u64::from(u32::MAX) - 1 {
+            return Err(Error::at(
+                ErrorKind::Limit { what: "number of chunks".into(), value: index + 1, limit: u64::from(u32::MAX) - 1 },
+                at,
+            ));
+        }
+        let desc = ChunkDesc {
+            index: index as u32,
+            offset: at,
+            len_bytes: end - at,
+            first_line: line,
+            num_samples: 0,
+            sequences: Vec::new(),
+        };
+        let bytes = match mapped {
+            Some(m) => &m[at as usize..end as usize],
+            None => &buf[(at - base) as usize..(end - base) as usize],
+        };
+        line += on_chunk(desc, bytes)?;
+        index += 1;
+        at = end;
+        progress(at);
+    }
+    Ok(Some(IndexMode::Lines))
+}
+
+/// Reads the file's bytes until `buf[..filled]` holds at least `want` bytes from offset `base` on.
+fn fill_to(file: &InputFile, buf: &mut Vec<u8>, filled: &mut usize, base: u64, want: usize) -> Result<(), Error> {
+    if buf.len() < want {
+        buf.resize(want, 0);
+    }
+    while *filled < want {
+        let n = file.read_some(base + *filled as u64, &mut buf[*filled..want])?;
+        if n == 0 {
+            return Err(Error::io(
+                format!("cannot read {} at byte {}", file.path().display(), base + *filled as u64),
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the file is shorter than when it was opened (was it changed?)",
+                ),
+            ));
+        }
+        *filled += n;
+    }
+    Ok(())
+}
+
 /// A chunk's bytes, when they are at hand: in the map, or (with `keep`) in `buf`, which holds the file's
 /// bytes from offset `base` on up to `filled` (a chunk always ends at or before the bytes scanned).
 fn chunk_bytes<'a>(

@@ -110,7 +110,23 @@ pub fn parse_chunk_bytes(
     parser: &CtfParser,
     desc: ChunkDesc,
     policy: ParsePolicy,
+    data: ChunkData,
+) -> ParsedChunk {
+    parse_bytes(bytes, path, parser, desc, policy, data, false)
+}
+
+/// [`parse_chunk_bytes`]; with `find_rows`, for a chunk of
+/// [`index_line_chunks`](super::index::index_line_chunks) (no sequences yet; every row a sequence of one
+/// sample): the parser finds the rows, and the result's `desc` has them as the index would have made
+/// them. Data errors are in the result.
+pub(crate) fn parse_bytes(
+    bytes: &[u8],
+    path: &str,
+    parser: &CtfParser,
+    mut desc: ChunkDesc,
+    policy: ParsePolicy,
     mut data: ChunkData,
+    find_rows: bool,
 ) -> ParsedChunk {
     data.clear();
     let mut sink = Sink {
@@ -122,7 +138,13 @@ pub fn parse_chunk_bytes(
         num_warnings: 0,
         stopped: false,
     };
-    let r = parser.parse_sequences(bytes, desc.offset, &desc.sequences, &mut data, &mut sink);
+    let r = if find_rows {
+        let r = parser.parse_rows(bytes, desc.offset, desc.first_line, &mut desc.sequences, &mut data, &mut sink);
+        desc.num_samples = desc.sequences.len() as u64;
+        r
+    } else {
+        parser.parse_sequences(bytes, desc.offset, &desc.sequences, &mut data, &mut sink)
+    };
     let fatal = match r {
         Ok(()) => None,
         Err(_) if sink.stopped => None,

@@ -2,8 +2,8 @@
 //! on worker threads, results delivered in file order with CNTK's `maxErrors` budget applied.
 //! Memory is bounded by the chunks in flight (`2 × threads`), not by the file size.
 
-use super::index::index_streaming_bytes;
-use super::parse::{parse_chunk, parse_chunk_bytes, ParsePolicy, ParsedChunk};
+use super::index::{index_line_chunks, index_streaming_bytes};
+use super::parse::{parse_bytes, parse_chunk, parse_chunk_bytes, ParsePolicy, ParsedChunk};
 use super::{apply_budget, index_config, locate_index_error};
 use crate::input::InputFile;
 use crate::{CtfOptions, Error, Schema};
@@ -141,18 +141,39 @@ pub fn scan_file_owned(
         let mut buf = Vec::new();
         let mut spare = Some(ChunkData::new(schema));
         let path = file.path().display().to_string();
-        for_each_desc(
-            &mut |desc, bytes| {
-                let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
-                let p = match bytes {
-                    Some(b) => parse_chunk_bytes(b, &path, &parser, desc, policy, data),
-                    None => parse_chunk(file, &parser, desc, policy, &mut buf, data)?,
-                };
-                spare = deliver(p, &mut summary)?;
-                Ok(())
-            },
-            progress,
-        )
+        // Line mode without a definesMBSize stream: the parser finds the rows as it goes, so each byte
+        // is read once (the indexer only cuts chunks); other files take the index.
+        let lines = match &cached {
+            Some(_) => Ok(None),
+            None => index_line_chunks(
+                file,
+                &cfg,
+                |desc, bytes| {
+                    let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
+                    let p = parse_bytes(bytes, &path, &parser, desc, policy, data, true);
+                    let rows = p.desc.sequences.len() as u64;
+                    spare = deliver(p, &mut summary)?;
+                    Ok(rows)
+                },
+                progress,
+            ),
+        };
+        match lines {
+            Ok(Some(mode)) => Ok(mode),
+            Err(e) => Err(e),
+            Ok(None) => for_each_desc(
+                &mut |desc, bytes| {
+                    let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
+                    let p = match bytes {
+                        Some(b) => parse_chunk_bytes(b, &path, &parser, desc, policy, data),
+                        None => parse_chunk(file, &parser, desc, policy, &mut buf, data)?,
+                    };
+                    spare = deliver(p, &mut summary)?;
+                    Ok(())
+                },
+                progress,
+            ),
+        }
     } else {
         let in_flight_max = 2 * threads;
         // A job: a chunk, with a copy of its bytes when the indexer read them (a copy of bytes it just
