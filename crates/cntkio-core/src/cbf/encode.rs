@@ -269,9 +269,11 @@ pub fn check_chunk_fast(data: &ChunkData) -> bool {
                 {
                     return false;
                 }
-                let dim = d.dim;
+                // In 32-bit lanes, so that it vectorizes on any x86-64: a non-negative `x` is below `dim`
+                // iff `x as u32 < lim` (`lim` is `dim` capped at `u32::MAX`, above every `i32`).
+                let lim = u32::try_from(d.dim).unwrap_or(u32::MAX);
                 let used = &indices[..entries as usize];
-                if used.iter().fold(false, |acc, &x| acc | (x < 0) | (x as usize >= dim)) {
+                if used.iter().fold(false, |acc, &x| acc | (x < 0) | (x as u32 >= lim)) {
                     return false;
                 }
                 // Each sequence's NNZ must fit 31 bits.

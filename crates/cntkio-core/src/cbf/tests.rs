@@ -1,6 +1,6 @@
 use super::*;
 use crate::ctf::parse::{parse_bytes, FailFast};
-use crate::data::{Layout, Values};
+use crate::data::{Layout, StreamData, Values};
 use crate::schema::{StorageFormat, StreamSpec};
 
 /// CBF.md §6.2: the complete 178-byte file.
@@ -118,4 +118,54 @@ fn renames() {
     assert_eq!(unused, vec![("nope".to_string(), "z".to_string())]);
     assert_eq!(h.streams()[1].name, "y");
     assert!(h.rename(&[("y".into(), "features".into())]).is_err());
+}
+
+/// `check_chunk_fast` on sparse indices: true only when every sequence passes `check_sequence`, and
+/// false for any index outside `[0, dim)` (negative, `dim`, the `i32` extremes), whatever the dim (up to
+/// and past 2^31 and 2^32, where the 32-bit test must not wrap).
+#[test]
+fn check_chunk_fast_agrees_with_check_sequence_on_sparse_indices() {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let dims: [usize; 7] = [1, 7, 100_000, (1 << 31) - 1, 1 << 31, (1 << 32) + 5, usize::MAX];
+    for case in 0..2000 {
+        let dim = dims[case % dims.len()];
+        let mut d = StreamData::new(StorageFormat::Sparse, dim, ElementType::F32);
+        let mut data = ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() };
+        let seqs = 1 + rnd(4) as usize;
+        let mut bad = false;
+        if let (Layout::Sparse { indices, sample_offsets }, Values::F32(v)) = (&mut d.layout, &mut d.values) {
+            for s in 0..seqs {
+                for _ in 0..1 + rnd(3) {
+                    for _ in 0..rnd(20) {
+                        let i: i64 = match rnd(12) {
+                            0 => -1,
+                            1 => i64::from(i32::MIN),
+                            2 => i64::from(i32::MAX),
+                            3 => dim.min(i32::MAX as usize + 1) as i64,
+                            _ => rnd(dim.min(i32::MAX as usize) as u64) as i64,
+                        };
+                        let i = i32::try_from(i).unwrap_or(i32::MAX);
+                        bad |= i < 0 || i as i64 >= dim.min(i64::MAX as usize) as i64;
+                        indices.push(i);
+                        v.push(1.0);
+                    }
+                    sample_offsets.push(indices.len() as u64);
+                }
+                d.sequence_offsets.push((sample_offsets.len() - 1) as u64);
+                data.keys.push(s as u64);
+                data.num_samples.push(1);
+            }
+        }
+        data.streams.push(d);
+        let each = (0..seqs).all(|s| check_sequence(&data, s).is_ok());
+        let fast = check_chunk_fast(&data);
+        assert_eq!(each, !bad, "case {case}, dim {dim}");
+        assert_eq!(fast, each, "case {case}, dim {dim}");
+    }
 }
