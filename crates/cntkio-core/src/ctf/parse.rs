@@ -175,7 +175,8 @@ impl CtfParser {
     /// sequence of one sample: `bytes` (from absolute offset `base`, starting at a row) are cut into rows
     /// at each `\n` (the last may end at the end of `bytes`), which are keyed `first_key`, `first_key + 1`,
     /// …, appended to `seqs` and parsed. This is what [`CtfParser::parse_sequences`] does with the
-    /// sequences the line-mode index makes of the same rows, in one pass over the bytes.
+    /// sequences the line-mode index makes of the same rows, in one pass over the bytes. When the parse
+    /// stops at an error, `seqs` still gets every row.
     pub fn parse_rows(
         &self,
         bytes: &[u8],
@@ -196,9 +197,21 @@ impl CtfParser {
                 .map_err(|_| Error::at(ErrorKind::SequenceTooLarge { sequence: key, len_bytes: len as u64 }, offset))?;
             let seq = SequenceDesc { key, offset, len_bytes, num_samples: 1 };
             seqs.push(seq);
-            self.parse_sequence(ext, len, offset, &seq, out, &mut st, sink)?;
             key += 1;
             pos += len;
+            if let Err(e) = self.parse_sequence(ext, len, offset, &seq, out, &mut st, sink) {
+                // The parse stops here; the rows after it are listed all the same, as the index lists
+                // them.
+                while pos < bytes.len() {
+                    let ext = &bytes[pos..];
+                    let len = memchr::memchr(b'\n', ext).map_or(ext.len(), |k| k + 1);
+                    let len_bytes = u32::try_from(len).unwrap_or(u32::MAX);
+                    seqs.push(SequenceDesc { key, offset: base + pos as u64, len_bytes, num_samples: 1 });
+                    key += 1;
+                    pos += len;
+                }
+                return Err(e);
+            }
         }
         Ok(())
     }

@@ -396,6 +396,10 @@ pub(crate) fn index_line_chunks(
                 at,
             ));
         }
+        if end - at >= 1 << 32 {
+            // Only a row alone is that long (`max` is smaller): the index's error for it.
+            return Err(Error::at(ErrorKind::SequenceTooLarge { sequence: line, len_bytes: end - at }, at));
+        }
         let desc = ChunkDesc {
             index: index as u32,
             offset: at,
