@@ -95,11 +95,25 @@ pub fn parse_chunk(
     buf: &mut Vec<u8>,
     data: ChunkData,
 ) -> Result<ParsedChunk, Error> {
+    parse_file_chunk(file, parser, desc, policy, buf, data, false)
+}
+
+/// [`parse_chunk`]; with `find_rows`, for a chunk of [`index_line_chunks`](super::index::index_line_chunks)
+/// (see [`parse_bytes`]).
+pub(crate) fn parse_file_chunk(
+    file: &InputFile,
+    parser: &CtfParser,
+    desc: ChunkDesc,
+    policy: ParsePolicy,
+    buf: &mut Vec<u8>,
+    data: ChunkData,
+    find_rows: bool,
+) -> Result<ParsedChunk, Error> {
     let len = usize::try_from(desc.len_bytes).map_err(|_| {
         Error::new(ErrorKind::Limit { what: "chunk size".into(), value: desc.len_bytes, limit: usize::MAX as u64 })
     })?;
     let path = file.path().display().to_string();
-    file.with_bytes(desc.offset, len, buf, |bytes| parse_chunk_bytes(bytes, &path, parser, desc, policy, data))
+    file.with_bytes(desc.offset, len, buf, |bytes| parse_bytes(bytes, &path, parser, desc, policy, data, find_rows))
 }
 
 /// Parses one chunk whose bytes (`desc.len_bytes` of them, from `desc.offset` of the file at `path`)

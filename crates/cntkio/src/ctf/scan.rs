@@ -3,7 +3,7 @@
 //! Memory is bounded by the chunks in flight (`2 × threads`), not by the file size.
 
 use super::index::{index_line_chunks, index_streaming_bytes};
-use super::parse::{parse_bytes, parse_chunk, parse_chunk_bytes, ParsePolicy, ParsedChunk};
+use super::parse::{parse_bytes, parse_chunk, parse_chunk_bytes, parse_file_chunk, ParsePolicy, ParsedChunk};
 use super::{apply_budget, index_config, locate_index_error};
 use crate::input::InputFile;
 use crate::{CtfOptions, Error, Schema};
@@ -137,6 +137,27 @@ pub fn scan_file_owned(
             None => index_streaming_bytes(file, &cfg, 1, true, f, progress),
         }
     };
+    // Line mode without a definesMBSize stream and without a cached index: chunks are only cut and the
+    // parsers find the rows (the index then does no work per row). Such a chunk comes with no
+    // sequences and the first line of the file's first row; the pass gives it its true first line,
+    // parsing it again when it has errors or warnings (see `with_first_line`). So not for validation,
+    // where every chunk of a broken file may have errors.
+    let for_each_row_chunk = |f: &mut OnChunk<'_>, progress: &mut dyn FnMut(u64)| -> Result<IndexMode, Error> {
+        if cached.is_none() && scan.enforce_max_errors {
+            if let Some(mode) = index_line_chunks(
+                file,
+                &cfg,
+                |c, b| {
+                    f(c, Some(b))?;
+                    Ok(0)
+                },
+                progress,
+            )? {
+                return Ok(mode);
+            }
+        }
+        for_each_desc(f, progress)
+    };
     let result = if threads == 1 {
         let mut buf = Vec::new();
         let mut spare = Some(ChunkData::new(schema));
@@ -180,7 +201,8 @@ pub fn scan_file_owned(
         // scanned, still in cache, costs less than the parser reading them from the page cache again);
         // parsers of a mapped file borrow the map instead.
         let (job_tx, job_rx) = crossbeam_channel::bounded::<(ChunkDesc, Option<Vec<u8>>)>(in_flight_max);
-        let (res_tx, res_rx) = crossbeam_channel::unbounded::<(u32, Result<ParsedChunk, Error>)>();
+        // Results carry whether the parser found the rows (see `for_each_row_chunk`).
+        let (res_tx, res_rx) = crossbeam_channel::unbounded::<(u32, bool, Result<ParsedChunk, Error>)>();
         let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<ChunkData>();
         let (buf_tx, buf_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
         let path = file.path().display().to_string();
@@ -196,15 +218,17 @@ pub fn scan_file_owned(
                     for (desc, bytes) in job_rx {
                         let idx = desc.index;
                         let data = spare_rx.try_recv().unwrap_or_else(|_| ChunkData::new(schema));
+                        // A chunk without sequences is one of `index_line_chunks`: the rows are found here.
+                        let rows = desc.sequences.is_empty();
                         let r = match bytes {
                             Some(b) => {
-                                let p = parse_chunk_bytes(&b, path, parser, desc, policy, data);
+                                let p = parse_bytes(&b, path, parser, desc, policy, data, rows);
                                 let _ = buf_tx.send(b);
                                 Ok(p)
                             }
-                            None => parse_chunk(file, parser, desc, policy, &mut buf, data),
+                            None => parse_file_chunk(file, parser, desc, policy, &mut buf, data, rows),
                         };
-                        if res_tx.send((idx, r)).is_err() {
+                        if res_tx.send((idx, rows, r)).is_err() {
                             break;
                         }
                     }
@@ -212,28 +236,37 @@ pub fn scan_file_owned(
             }
             drop(buf_tx);
             drop(res_tx);
-            let mut pending: BTreeMap<u32, Result<ParsedChunk, Error>> = BTreeMap::new();
+            let mut pending: BTreeMap<u32, (bool, Result<ParsedChunk, Error>)> = BTreeMap::new();
             let mut next = 0u32;
             let mut in_flight = 0usize;
-            let mut drain = |pending: &mut BTreeMap<u32, Result<ParsedChunk, Error>>,
+            // The first line of the next chunk whose rows a parser found (see `for_each_row_chunk`).
+            let mut next_line: Option<u64> = None;
+            let mut reparse_buf = Vec::new();
+            let mut drain = |pending: &mut BTreeMap<u32, (bool, Result<ParsedChunk, Error>)>,
                              next: &mut u32,
                              in_flight: &mut usize,
                              summary: &mut ScanSummary|
              -> Result<(), Error> {
-                while let Some(r) = pending.remove(next) {
+                while let Some((rows, r)) = pending.remove(next) {
                     *next += 1;
                     *in_flight -= 1;
-                    if let Some(d) = deliver(r?, summary)? {
+                    let mut p = r?;
+                    if rows {
+                        p = with_first_line(p, &mut next_line, |desc, data| {
+                            parse_file_chunk(file, &parser, desc, policy, &mut reparse_buf, data, true)
+                        })?;
+                    }
+                    if let Some(d) = deliver(p, summary)? {
                         let _ = spare_tx.send(d);
                     }
                 }
                 Ok(())
             };
-            let r = for_each_desc(
+            let r = for_each_row_chunk(
                 &mut |desc, bytes| {
                     while in_flight >= in_flight_max {
-                        let (i, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
-                        pending.insert(i, r);
+                        let (i, rows, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
+                        pending.insert(i, (rows, r));
                         drain(&mut pending, &mut next, &mut in_flight, &mut summary)?;
                     }
                     let copy = match bytes {
@@ -247,8 +280,8 @@ pub fn scan_file_owned(
                     };
                     job_tx.send((desc, copy)).map_err(|_| Error::config("parser threads stopped"))?;
                     in_flight += 1;
-                    while let Ok((i, r)) = res_rx.try_recv() {
-                        pending.insert(i, r);
+                    while let Ok((i, rows, r)) = res_rx.try_recv() {
+                        pending.insert(i, (rows, r));
                     }
                     drain(&mut pending, &mut next, &mut in_flight, &mut summary)
                 },
@@ -257,8 +290,8 @@ pub fn scan_file_owned(
             drop(job_tx);
             let r = r.and_then(|mode| {
                 while in_flight > 0 {
-                    let (i, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
-                    pending.insert(i, r);
+                    let (i, rows, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
+                    pending.insert(i, (rows, r));
                     drain(&mut pending, &mut next, &mut in_flight, &mut summary)?;
                 }
                 Ok(mode)
@@ -280,4 +313,45 @@ pub fn scan_file_owned(
             e
         }),
     }
+}
+
+/// Gives a chunk whose rows a parser found its true first line: the line after the rows of the chunks
+/// before it (`next_line`, from the first such chunk's, which is right). The parser counted the keys
+/// from the first line of the file's first row, which every such chunk carries. Without errors or
+/// warnings the keys are shifted; otherwise, as their lines and keys are part of their text, the chunk
+/// is parsed again with the right first line (`reparse`).
+fn with_first_line(
+    mut p: ParsedChunk,
+    next_line: &mut Option<u64>,
+    reparse: impl FnOnce(ChunkDesc, ChunkData) -> Result<ParsedChunk, Error>,
+) -> Result<ParsedChunk, Error> {
+    let line = *next_line.get_or_insert(p.desc.first_line);
+    let shift =
+        line.checked_sub(p.desc.first_line).ok_or_else(|| Error::config("internal: a chunk's rows out of order"))?;
+    if shift > 0 {
+        let clean = p.num_errors == 0
+            && p.num_dropped == 0
+            && p.num_warnings == 0
+            && p.fatal.is_none()
+            && !p.stopped
+            && p.errors.is_empty()
+            && p.warnings.is_empty();
+        if clean {
+            p.desc.first_line = line;
+            for s in &mut p.desc.sequences {
+                s.key += shift;
+            }
+            for k in &mut p.data.keys {
+                *k += shift;
+            }
+        } else {
+            let mut desc = p.desc;
+            desc.first_line = line;
+            desc.sequences.clear();
+            desc.num_samples = 0;
+            p = reparse(desc, p.data)?;
+        }
+    }
+    *next_line = Some(line + p.desc.sequences.len() as u64);
+    Ok(p)
 }
