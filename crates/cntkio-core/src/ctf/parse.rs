@@ -166,7 +166,7 @@ impl CtfParser {
                 })?;
             // The fast paths may look past the sequence's end (never using what they see there).
             let ext = &bytes[a..];
-            self.parse_sequence(ext, seq.len_bytes as usize, seq.offset, seq, out, &mut st, sink)?;
+            self.parse_sequence(ext, seq.len_bytes as usize, false, seq.offset, seq, out, &mut st, sink)?;
         }
         Ok(())
     }
@@ -190,16 +190,23 @@ impl CtfParser {
         let mut pos = 0usize;
         let mut key = first_key;
         while pos < bytes.len() {
+            // The row's end is found by parsing it, with the end of the chunk as the bound: every scan
+            // stops at the row's `\n`, so the result is that of parsing the row's bytes alone.
             let ext = &bytes[pos..];
-            let len = memchr::memchr(b'\n', ext).map_or(ext.len(), |k| k + 1);
             let offset = base + pos as u64;
-            let len_bytes = u32::try_from(len)
+            let mut seq = SequenceDesc { key, offset, len_bytes: 0, num_samples: 1 };
+            let r = self.parse_sequence(ext, ext.len(), true, offset, &seq, out, &mut st, sink);
+            let len = match r {
+                Ok(end) => end,
+                // The parse stopped inside the row: its end is the next `\n`.
+                Err(_) => memchr::memchr(b'\n', ext).map_or(ext.len(), |k| k + 1),
+            };
+            seq.len_bytes = u32::try_from(len)
                 .map_err(|_| Error::at(ErrorKind::SequenceTooLarge { sequence: key, len_bytes: len as u64 }, offset))?;
-            let seq = SequenceDesc { key, offset, len_bytes, num_samples: 1 };
             seqs.push(seq);
             key += 1;
             pos += len;
-            if let Err(e) = self.parse_sequence(ext, len, offset, &seq, out, &mut st, sink) {
+            if let Err(e) = r {
                 // The parse stops here; the rows after it are listed all the same, as the index lists
                 // them.
                 while pos < bytes.len() {
@@ -216,17 +223,21 @@ impl CtfParser {
         Ok(())
     }
 
+    /// Parses a sequence whose bytes are `ext[..len]`; with `one_row`, only its first row (a line-mode
+    /// sequence whose end is not known yet: `len` is then where the bytes given end). Returns where the
+    /// sequence ended: `len`, or with `one_row` just after the row's `\n` (or `len` without one).
     #[allow(clippy::too_many_arguments)]
     fn parse_sequence(
         &self,
         ext: &[u8],
         len: usize,
+        one_row: bool,
         base: u64,
         seq: &SequenceDesc,
         out: &mut ChunkData,
         st: &mut SeqState,
         sink: &mut dyn ErrorSink,
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         for (i, d) in out.streams.iter().enumerate() {
             st.counts[i] = 0;
             st.value_start[i] = d.values.len();
@@ -279,8 +290,12 @@ impl CtfParser {
             if !row_ok {
                 sink.error(Error::at(ErrorKind::EmptyRow, base + row_start as u64).with_sequence(seq.key))?;
             }
+            if one_row {
+                break;
+            }
         }
-        self.finish_sequence(base, seq, out, st, sink)
+        self.finish_sequence(base, seq, out, st, sink)?;
+        Ok(p)
     }
 
     fn finish_sequence(
