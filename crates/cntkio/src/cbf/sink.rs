@@ -34,6 +34,8 @@ const ALIGN: usize = 4096;
 pub(crate) const SEG: usize = 1 << 20;
 /// Segments the writer may fill beyond those of the chunk it is encoding before it waits for the disk.
 pub(crate) const SPARE_SEGMENTS: usize = 8;
+/// Segments of at most this many bytes are copied together before they go out (see [`Sink::pass`]).
+pub(crate) const SMALL: usize = 64 << 10;
 
 /// A staging buffer: `BUF` bytes at an `ALIGN`-aligned address inside a vector.
 struct Buf {
@@ -177,6 +179,10 @@ pub(crate) struct Sink {
     /// Pooled segments that may exist before the writer waits for the disk (more are made while none
     /// is in flight: the chunk being encoded always gets what it needs).
     limit: usize,
+    /// Small pieces gathered before they go out (see [`Sink::pass`]).
+    gather: Option<Segment>,
+    /// Pooled segments given back by the writer ([`Sink::recycle`]).
+    free: Vec<Segment>,
 }
 
 impl std::fmt::Debug for Sink {
@@ -232,6 +238,8 @@ impl Sink {
             made: 0,
             in_flight: 0,
             limit: per_chunk.saturating_add(SPARE_SEGMENTS),
+            gather: None,
+            free: Vec::new(),
         })
     }
 
@@ -246,6 +254,10 @@ impl Sink {
     pub(crate) fn segment(&mut self, min: usize) -> io::Result<Segment> {
         if min > SEG {
             return Ok(Segment::new(min));
+        }
+        if let Some(mut s) = self.free.pop() {
+            s.len = 0;
+            return Ok(s);
         }
         let back = if let Ok(s) = self.back.try_recv() {
             Some(s)
@@ -270,27 +282,77 @@ impl Sink {
         })
     }
 
-    /// Sends a filled segment: its bytes follow those sent before.
-    pub(crate) fn send(&mut self, seg: Segment) -> io::Result<()> {
+    /// Passes on a filled segment: its bytes follow those passed before. A small one (up to [`SMALL`]
+    /// bytes) is copied into a segment that gathers small pieces, and given back, emptied, for reuse:
+    /// small chunks (say `ctf2bin.py`'s one sequence per chunk) then cost a copy each, not a trip through
+    /// the write thread. A larger one is sent as it is (after what was gathered).
+    pub(crate) fn pass(&mut self, mut seg: Segment) -> io::Result<Option<Segment>> {
+        if seg.len > SMALL {
+            self.send_gathered()?;
+            self.send(seg)?;
+            return Ok(None);
+        }
+        self.put(seg.filled())?;
+        seg.len = 0;
+        Ok(Some(seg))
+    }
+
+    /// Takes back a segment the writer does not need (one [`Sink::pass`] gave back, say), for
+    /// [`Sink::segment`] to hand out again.
+    pub(crate) fn recycle(&mut self, seg: Segment) {
+        if seg.pooled() {
+            self.free.push(seg);
+        }
+    }
+
+    /// Copies `bytes` after those passed before (into the gathering segment).
+    pub(crate) fn put(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            let mut g = match self.gather.take() {
+                Some(g) => g,
+                None => self.segment(SEG)?,
+            };
+            let n = g.append(bytes);
+            bytes = &bytes[n..];
+            self.pos += n as u64;
+            if g.room() == 0 {
+                self.send_segment(g)?;
+            } else {
+                self.gather = Some(g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what was gathered, if anything.
+    fn send_gathered(&mut self) -> io::Result<()> {
+        match self.gather.take() {
+            Some(g) if g.len > 0 => self.send_segment(g),
+            Some(g) => {
+                self.gather = Some(g);
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Sends a filled segment (after what was gathered).
+    fn send(&mut self, seg: Segment) -> io::Result<()> {
+        self.send_gathered()?;
         let len = seg.len as u64;
+        self.send_segment(seg)?;
+        self.pos += len;
+        Ok(())
+    }
+
+    /// Hands a segment to the write thread (its bytes already counted in `pos` if gathered).
+    fn send_segment(&mut self, seg: Segment) -> io::Result<()> {
         let pooled = seg.pooled();
         let tx = self.tx.as_ref().ok_or_else(|| io::Error::other("the CBF output is closed"))?;
         if tx.send(seg).is_err() {
             return Err(self.worker_error());
         }
         self.in_flight += usize::from(pooled);
-        self.pos += len;
-        Ok(())
-    }
-
-    /// Sends a copy of `bytes`.
-    pub(crate) fn put(&mut self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
-            let mut seg = self.segment(bytes.len().min(SEG))?;
-            let n = seg.append(bytes);
-            bytes = &bytes[n..];
-            self.send(seg)?;
-        }
         Ok(())
     }
 
@@ -310,6 +372,7 @@ impl Sink {
     /// Waits for every write (the last bytes zero-padded to the alignment) and returns the number of
     /// bytes sent: the caller truncates the file to it.
     pub(crate) fn finish(mut self) -> io::Result<u64> {
+        self.send_gathered()?;
         self.tx = None;
         let h = self.handle.take().ok_or_else(|| io::Error::other("the CBF output is closed"))?;
         h.join().map_err(|_| io::Error::other("the CBF write thread panicked"))??;
@@ -360,7 +423,10 @@ mod tests {
                     assert!(seg.append_with(3, |_: &mut [u8]| Err(())).is_err());
                 }
                 assert_eq!(seg.filled(), &bytes[..]);
-                sink.send(seg).unwrap();
+                if let Some(back) = sink.pass(seg).unwrap() {
+                    assert!(n <= SMALL && back.filled().is_empty());
+                    sink.recycle(back);
+                }
             }
             expect.extend_from_slice(&bytes);
             assert_eq!(sink.position(), expect.len() as u64);

@@ -1,6 +1,6 @@
 //! [`CbfWriter`]: sequences in, a CBF file out.
 
-use super::sink::{Segment, Sink, SEG};
+use super::sink::{Segment, Sink};
 use cntkio_core::cbf::{check_chunk_fast, check_sequence, encode_checked_record_to, encode_header, encode_prefix};
 use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
 use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
@@ -149,6 +149,8 @@ pub struct CbfWriter {
     sections: Vec<Vec<Segment>>,
     /// Data handed over by [`CbfWriter::write_owned`], for [`CbfWriter::take_spare`].
     spare: Vec<ChunkData>,
+    /// The current chunk's meta counts as bytes.
+    scratch: Vec<u8>,
     pending_bytes: u64,
     pending_samples: u64,
     /// ctf2bin's never-reset estimate.
@@ -205,6 +207,7 @@ impl CbfWriter {
             table: Vec::new(),
             meta: Vec::new(),
             spare: Vec::new(),
+            scratch: Vec::new(),
             pending_bytes: 0,
             pending_samples: 0,
             estimate: 0,
@@ -407,20 +410,20 @@ impl CbfWriter {
     fn send_chunk(&mut self) -> Result<(), Error> {
         let sink = self.sink.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
         let io = |e| Error::io("write a CBF chunk", e);
-        for meta in self.meta.chunks(SEG / 4) {
-            let mut g = sink.segment(4 * meta.len()).map_err(io)?;
-            g.append_with(4 * meta.len(), |dst| -> Result<(), Error> {
-                for (o, m) in dst.chunks_exact_mut(4).zip(meta) {
-                    o.copy_from_slice(&m.to_le_bytes());
-                }
-                Ok(())
-            })?;
-            sink.send(g).map_err(io)?;
-        }
+        self.scratch.clear();
+        self.scratch.extend(self.meta.iter().flat_map(|m| m.to_le_bytes()));
+        sink.put(&self.scratch).map_err(io)?;
         for sec in &mut self.sections {
+            // A small section's segment is copied out and kept for the stream's next chunk.
+            let mut keep = None;
             for g in sec.drain(..) {
-                sink.send(g).map_err(io)?;
+                if let Some(back) = sink.pass(g).map_err(io)? {
+                    if let Some(old) = keep.replace(back) {
+                        sink.recycle(old);
+                    }
+                }
             }
+            sec.extend(keep);
         }
         if sink.position() != self.pos + self.pending_bytes {
             return Err(Error::config(format!(
