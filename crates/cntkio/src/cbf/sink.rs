@@ -13,6 +13,8 @@
 //! it arrives (no parsed data is kept) and let the write thread free the finished chunk piece by piece:
 //! as the disk drains a chunk faster than a parser fills the next, the memory in flight stays near one
 //! chunk, and the writer waits for the disk only when it runs [`SPARE_SEGMENTS`] segments ahead of it.
+//! Small pieces (a small chunk's sections, meta counts, the header) are gathered into one segment first,
+//! so that a file of many small chunks costs a copy per piece, not a trip through the write thread.
 //!
 //! Direct I/O needs buffers, offsets and lengths aligned to the device's block size: the staging buffer
 //! is [`BUF`] bytes at a 4 KiB-aligned address and is written at a multiple of [`BUF`]; the last one is
