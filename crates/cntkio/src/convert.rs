@@ -116,10 +116,11 @@ pub fn ctf_to_cbf(
         let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<ChunkData>();
         let (scanned, written) = std::thread::scope(|sc| {
             let writer = sc.spawn(move || -> Result<CbfWriter, Error> {
-                for mut d in rx {
-                    w.write(&d)?;
-                    d.clear();
-                    let _ = spare_tx.send(d);
+                for d in rx {
+                    w.write_owned(d)?;
+                    if let Some(spare) = w.take_spare() {
+                        let _ = spare_tx.send(spare);
+                    }
                 }
                 Ok(w)
             });

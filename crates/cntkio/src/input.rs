@@ -101,7 +101,8 @@ impl InputFile {
         })
     }
 
-    fn short_read(&self, offset: u64, len: usize) -> Error {
+    /// The error for `len` bytes at `offset` that the file no longer has.
+    pub(crate) fn short_read(&self, offset: u64, len: usize) -> Error {
         Error::io(
             format!("cannot read {} bytes at byte {offset} of {}", len, self.path.display()),
             std::io::Error::new(

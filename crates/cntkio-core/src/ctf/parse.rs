@@ -428,8 +428,8 @@ impl CtfParser {
             Layout::Sparse { indices, sample_offsets } => {
                 let seq_has_values = data.values.len() > st.value_start[i];
                 let r = match &mut data.values {
-                    Values::F32(v) => read_sparse(ext, n, p, info.dim, v, indices, seq_has_values, |x| x as f32),
-                    Values::F64(v) => read_sparse(ext, n, p, info.dim, v, indices, seq_has_values, |x| x),
+                    Values::F32(v) => read_sparse(s, p, info.dim, v, indices, seq_has_values, |x| x as f32),
+                    Values::F64(v) => read_sparse(s, p, info.dim, v, indices, seq_has_values, |x| x),
                 };
                 if r.is_ok() {
                     sample_offsets.push(indices.len() as u64);
@@ -819,10 +819,8 @@ fn nth_number(s: &[u8], mut p: usize, k: usize) -> Option<usize> {
 /// Reads a sparse entry list starting at `p`. `seq_has_values`: this stream already has entries in the
 /// current sequence (CNTK's end-of-file rule, CTF.md §5.2).
 #[inline]
-#[allow(clippy::too_many_arguments)]
 fn read_sparse<T: Copy>(
-    ext: &[u8],
-    n: usize,
+    s: &[u8],
     mut p: usize,
     dim: usize,
     v: &mut Vec<T>,
@@ -831,7 +829,7 @@ fn read_sparse<T: Copy>(
     conv: impl Fn(f64) -> T,
 ) -> Result<Done, Fail> {
     let start = v.len();
-    let s = &ext[..n];
+    let n = s.len();
     let fail = |v: &mut Vec<T>, idx: &mut Vec<i32>, at, kind| {
         v.truncate(start);
         idx.truncate(start);

@@ -183,7 +183,7 @@ pub(crate) struct Sink {
     limit: usize,
     /// Small pieces gathered before they go out (see [`Sink::pass`]).
     gather: Option<Segment>,
-    /// Pooled segments given back by the writer ([`Sink::recycle`]).
+    /// Pooled segments whose bytes [`Sink::pass`] gathered, free for reuse.
     free: Vec<Segment>,
 }
 
@@ -285,26 +285,18 @@ impl Sink {
     }
 
     /// Passes on a filled segment: its bytes follow those passed before. A small one (up to [`SMALL`]
-    /// bytes) is copied into a segment that gathers small pieces, and given back, emptied, for reuse:
-    /// small chunks (say `ctf2bin.py`'s one sequence per chunk) then cost a copy each, not a trip through
-    /// the write thread. A larger one is sent as it is (after what was gathered).
-    pub(crate) fn pass(&mut self, mut seg: Segment) -> io::Result<Option<Segment>> {
+    /// bytes) is copied into a segment that gathers small pieces and kept for [`Sink::segment`] to hand
+    /// out again: small chunks (say `ctf2bin.py`'s one sequence per chunk) then cost a copy each, not a
+    /// trip through the write thread. A larger one is sent as it is (after what was gathered).
+    pub(crate) fn pass(&mut self, seg: Segment) -> io::Result<()> {
         if seg.len > SMALL {
-            self.send_gathered()?;
-            self.send(seg)?;
-            return Ok(None);
+            return self.send(seg);
         }
         self.put(seg.filled())?;
-        seg.len = 0;
-        Ok(Some(seg))
-    }
-
-    /// Takes back a segment the writer does not need (one [`Sink::pass`] gave back, say), for
-    /// [`Sink::segment`] to hand out again.
-    pub(crate) fn recycle(&mut self, seg: Segment) {
         if seg.pooled() {
             self.free.push(seg);
         }
+        Ok(())
     }
 
     /// Copies `bytes` after those passed before (into the gathering segment).
@@ -425,10 +417,10 @@ mod tests {
                     assert!(seg.append_with(3, |_: &mut [u8]| Err(())).is_err());
                 }
                 assert_eq!(seg.filled(), &bytes[..]);
-                if let Some(back) = sink.pass(seg).unwrap() {
-                    assert!(n <= SMALL && back.filled().is_empty());
-                    sink.recycle(back);
-                }
+                let free = sink.free.len();
+                sink.pass(seg).unwrap();
+                // A small segment is kept for reuse, a larger one sent.
+                assert_eq!(sink.free.len(), free + usize::from(n <= SMALL));
             }
             expect.extend_from_slice(&bytes);
             assert_eq!(sink.position(), expect.len() as u64);

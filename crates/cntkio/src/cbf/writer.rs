@@ -363,6 +363,11 @@ impl CbfWriter {
     /// so it breaks the writer.
     fn encode_sequence(&mut self, data: &ChunkData, s: usize) -> Result<(), Error> {
         let r = self.encode_sequence_inner(data, s);
+        self.break_on_error(r)
+    }
+
+    /// A failure halfway through a chunk leaves the file unusable: later writes are refused.
+    fn break_on_error(&mut self, r: Result<(), Error>) -> Result<(), Error> {
         if r.is_err() {
             self.broken = true;
         }
@@ -388,10 +393,7 @@ impl CbfWriter {
     /// Writes the current chunk: its meta counts, then stream after stream its records.
     fn flush_chunk(&mut self) -> Result<(), Error> {
         let r = self.send_chunk();
-        if r.is_err() {
-            self.broken = true;
-        }
-        r?;
+        self.break_on_error(r)?;
         self.table.push(ChunkEntry {
             offset: self.pos,
             num_sequences: self.meta.len() as u32,
@@ -414,16 +416,9 @@ impl CbfWriter {
         self.scratch.extend(self.meta.iter().flat_map(|m| m.to_le_bytes()));
         sink.put(&self.scratch).map_err(io)?;
         for sec in &mut self.sections {
-            // A small section's segment is copied out and kept for the stream's next chunk.
-            let mut keep = None;
             for g in sec.drain(..) {
-                if let Some(back) = sink.pass(g).map_err(io)? {
-                    if let Some(old) = keep.replace(back) {
-                        sink.recycle(old);
-                    }
-                }
+                sink.pass(g).map_err(io)?;
             }
-            sec.extend(keep);
         }
         if sink.position() != self.pos + self.pending_bytes {
             return Err(Error::config(format!(

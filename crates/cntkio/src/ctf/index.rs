@@ -211,13 +211,7 @@ pub fn index_streaming_bytes(
                 filled += n;
                 let at_eof = base + filled as u64 >= len;
                 if n == 0 && !at_eof {
-                    return Err(Error::io(
-                        format!("cannot read {} at byte {}", file.path().display(), base + filled as u64),
-                        std::io::Error::new(
-                            std::io::ErrorKind::UnexpectedEof,
-                            "the file is shorter than when it was opened (was it changed?)",
-                        ),
-                    ));
+                    return Err(file.short_read(base + filled as u64, want - filled));
                 }
                 let cut = if at_eof {
                     filled - a
@@ -428,13 +422,7 @@ fn fill_to(file: &InputFile, buf: &mut Vec<u8>, filled: &mut usize, base: u64, w
     while *filled < want {
         let n = file.read_some(base + *filled as u64, &mut buf[*filled..want])?;
         if n == 0 {
-            return Err(Error::io(
-                format!("cannot read {} at byte {}", file.path().display(), base + *filled as u64),
-                std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the file is shorter than when it was opened (was it changed?)",
-                ),
-            ));
+            return Err(file.short_read(base + *filled as u64, want - *filled));
         }
         *filled += n;
     }

@@ -329,13 +329,8 @@ fn with_first_line(
     let shift =
         line.checked_sub(p.desc.first_line).ok_or_else(|| Error::config("internal: a chunk's rows out of order"))?;
     if shift > 0 {
-        let clean = p.num_errors == 0
-            && p.num_dropped == 0
-            && p.num_warnings == 0
-            && p.fatal.is_none()
-            && !p.stopped
-            && p.errors.is_empty()
-            && p.warnings.is_empty();
+        // Every error kept or warning kept is counted, and a parse stopped by the budget counted errors.
+        let clean = p.num_errors == 0 && p.num_dropped == 0 && p.num_warnings == 0 && p.fatal.is_none();
         if clean {
             p.desc.first_line = line;
             for s in &mut p.desc.sequences {
