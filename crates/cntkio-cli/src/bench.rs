@@ -4,6 +4,7 @@ use crate::args::BenchArgs;
 use crate::EXIT_OK;
 use cntkio::ctf::{index_config, index_streaming, scan_file, ScanOptions};
 use cntkio::{Error, InputFile};
+use cntkio_core::ctf::parse::vector_paths;
 use serde_json::json;
 use std::ops::ControlFlow;
 use std::time::Instant;
@@ -89,7 +90,7 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
         if a.json {
             reports.push(json!({
                 "path": path.display().to_string(), "bytes": file.len(), "threads": threads,
-                "mmap": file.is_mapped(),
+                "mmap": file.is_mapped(), "vector_paths": vector_paths(),
                 "index_seconds": best_index, "index_mb_per_s": mbs(best_index),
                 "parse_seconds": best_parse, "parse_mb_per_s": mbs(best_parse),
                 "sequences": sequences, "samples": samples, "values": values,
@@ -97,11 +98,12 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
             }));
         } else {
             out!(
-                "{}: {:.1} MB, {} thread(s){}",
+                "{}: {:.1} MB, {} thread(s){}{}",
                 path.display(),
                 bytes / 1e6,
                 threads,
-                if file.is_mapped() { ", mmap" } else { "" }
+                if file.is_mapped() { ", mmap" } else { "" },
+                vector_paths().map(|v| format!(", {v}")).unwrap_or_default()
             )?;
             out!("  index          {:>9.1} MB/s  ({:.3} s)", mbs(best_index), best_index)?;
             out!(

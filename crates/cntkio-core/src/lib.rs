@@ -10,7 +10,8 @@
 //! assert_eq!(data.keys, vec![0]);
 //! assert_eq!(data.streams[0].values, cntkio_core::Values::F32(vec![1.0, 2.0, 3.0]));
 //! ```
-// One audited exception: the SSE2 separator mask of the CTF parser (`ctf::parse::separators_sse2`).
+// Audited exceptions, each with its invariant: the SSE2 byte masks of the CTF parser
+// (`ctf::parse::byte_mask_sse2`) and its AVX-512 sparse path (`ctf::simd`).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 

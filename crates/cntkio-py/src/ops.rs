@@ -144,7 +144,7 @@ pub fn validate<'py>(
     let warns = PyList::empty(py);
     let error_dict = |e: &Error, severity: &str| -> PyResult<Bound<'py, PyDict>> {
         let d = error_fields(py, e)?;
-        if d.get_item("path")?.map_or(true, |p| p.is_none()) {
+        if d.get_item("path")?.is_none_or(|p| p.is_none()) {
             d.set_item("path", &shown)?;
         }
         d.set_item("severity", severity)?;

@@ -612,7 +612,7 @@ fn odd_enumerator(
     randomize: bool,
 ) -> Result<Box<dyn SequenceEnumerator + '_>, Error> {
     if randomize {
-        BlockRandomizer::new(src, window, seed).map(|e| Box::new(e.with_cntk_seek_quirk(seed % 2 == 0)) as _)
+        BlockRandomizer::new(src, window, seed).map(|e| Box::new(e.with_cntk_seek_quirk(seed.is_multiple_of(2))) as _)
     } else {
         NoRandomizer::new(src).map(|e| Box::new(e) as _)
     }

@@ -4,6 +4,7 @@
 pub mod index;
 pub mod infer;
 pub mod parse;
+mod simd;
 pub mod write;
 
 /// CNTK's "non-printable" test on a signed x86 `char`: control bytes and every byte ≥ 0x80.

@@ -3,6 +3,7 @@
 //! Recoverable problems go to an [`ErrorSink`], which decides whether to go on (that is how `maxErrors`
 //! works); fatal ones (a stream empty in a sequence) are returned. Positions are absolute byte offsets.
 
+use super::simd::{self, SimdValue};
 use super::{cntk_u64, is_non_printable, SequenceDesc};
 use crate::data::{ChunkData, Layout, StreamData, Values};
 use crate::error::{Error, ErrorKind, WarningKind};
@@ -99,6 +100,14 @@ pub struct CtfParser {
     schema: Schema,
     streams: Vec<StreamInfo>,
     max_alias_len: usize,
+    /// The vector paths may be used (the processor has them; see [`CtfParser::set_vector_paths`]).
+    vector: bool,
+}
+
+/// The vector instruction set the parser uses on this processor (`"AVX-512"`), if any: the vector
+/// paths are taken unless `CNTKIO_SIMD=0` is set. The data are the same either way.
+pub fn vector_paths() -> Option<&'static str> {
+    simd::sparse_available().then_some("AVX-512")
 }
 
 /// Outcome of reading one sample.
@@ -121,11 +130,17 @@ impl CtfParser {
                 alias: s.alias.as_bytes().into(),
                 name: s.name.clone(),
                 dim: s.dim,
-                defines_length: main.map_or(true, |m| m == i),
+                defines_length: main.is_none_or(|m| m == i),
             })
             .collect();
         let max_alias_len = streams.iter().map(|s| s.alias.len()).max().unwrap_or(0);
-        CtfParser { schema: schema.clone(), streams, max_alias_len }
+        CtfParser { schema: schema.clone(), streams, max_alias_len, vector: simd::sparse_available() }
+    }
+
+    /// Turns the vector paths (AVX-512, where the processor has it) off or back on. They are on by
+    /// default, unless `CNTKIO_SIMD=0` is set; the data are the same either way. For comparisons.
+    pub fn set_vector_paths(&mut self, on: bool) {
+        self.vector = on && simd::sparse_available();
     }
 
     /// The schema.
@@ -428,8 +443,10 @@ impl CtfParser {
             Layout::Sparse { indices, sample_offsets } => {
                 let seq_has_values = data.values.len() > st.value_start[i];
                 let r = match &mut data.values {
-                    Values::F32(v) => read_sparse(s, p, info.dim, v, indices, seq_has_values, |x| x as f32),
-                    Values::F64(v) => read_sparse(s, p, info.dim, v, indices, seq_has_values, |x| x),
+                    Values::F32(v) => {
+                        read_sparse(self.vector, ext, n, p, info.dim, v, indices, seq_has_values, |x| x as f32)
+                    }
+                    Values::F64(v) => read_sparse(self.vector, ext, n, p, info.dim, v, indices, seq_has_values, |x| x),
                 };
                 if r.is_ok() {
                     sample_offsets.push(indices.len() as u64);
@@ -816,11 +833,15 @@ fn nth_number(s: &[u8], mut p: usize, k: usize) -> Option<usize> {
     }
 }
 
-/// Reads a sparse entry list starting at `p`. `seq_has_values`: this stream already has entries in the
-/// current sequence (CNTK's end-of-file rule, CTF.md §5.2).
+/// Reads a sparse entry list starting at `p` in `ext[..n]` (the vector path also looks at bytes after
+/// `n`, but takes nothing from them). `seq_has_values`: this stream already has entries in the current
+/// sequence (CNTK's end-of-file rule, CTF.md §5.2). `vector`: the vector path may be used.
 #[inline]
-fn read_sparse<T: Copy>(
-    s: &[u8],
+#[allow(clippy::too_many_arguments)]
+fn read_sparse<T: SimdValue>(
+    vector: bool,
+    ext: &[u8],
+    n: usize,
     mut p: usize,
     dim: usize,
     v: &mut Vec<T>,
@@ -829,7 +850,7 @@ fn read_sparse<T: Copy>(
     conv: impl Fn(f64) -> T,
 ) -> Result<Done, Fail> {
     let start = v.len();
-    let n = s.len();
+    let s = &ext[..n];
     let fail = |v: &mut Vec<T>, idx: &mut Vec<i32>, at, kind| {
         v.truncate(start);
         idx.truncate(start);
@@ -853,7 +874,8 @@ fn read_sparse<T: Copy>(
         if !c.is_ascii_digit() {
             return fail(v, idx, p, FailKind::IndexExpected(Some(c)));
         }
-        let q = sparse_run(s, p, dim, v, idx, &conv);
+        let q = simd::sparse_entries(vector, ext, n, p, dim, v, idx);
+        let q = sparse_run(s, q, dim, v, idx, &conv);
         if q != p {
             p = q;
             continue;
@@ -956,6 +978,177 @@ pub fn sequence_samples(d: &StreamData, seq: usize) -> Vec<Vec<(usize, f64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{ElementType, StorageFormat, StreamSpec};
+
+    /// A small deterministic generator for the tests below.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// One sparse entry, mostly of the common form `index:d ` (which the fast paths take: an index
+    /// below `dim` of at most 7 digits, some with leading zeros), else (`bad`: one in `bad` entries)
+    /// one of the forms that must stop them at exactly that entry.
+    fn sparse_entry(r: &mut Rng, out: &mut Vec<u8>, bad: u64, dim: usize) {
+        let digits = |r: &mut Rng, out: &mut Vec<u8>, n: u64| {
+            for _ in 0..n {
+                out.push(b'0' + r.below(10) as u8);
+            }
+        };
+        let index = |r: &mut Rng, out: &mut Vec<u8>| {
+            let i = r.below(dim.min(10_000_000) as u64).to_string();
+            let width = if r.below(8) == 0 { 1 + r.below(7) as usize } else { 0 };
+            out.extend_from_slice(format!("{i:0>width$}").as_bytes());
+        };
+        let common = |r: &mut Rng, out: &mut Vec<u8>| {
+            index(r, out);
+            out.push(b':');
+            digits(r, out, 1);
+        };
+        let form = if r.below(bad) == 0 { r.below(8) } else { 99 };
+        match form {
+            0 => {
+                let n = 8 + r.below(3);
+                digits(r, out, n); // too long an index for the fast paths
+                out.extend_from_slice(b":1");
+            }
+            1 => {
+                common(r, out);
+                let n = 1 + r.below(2);
+                digits(r, out, n); // a longer value
+            }
+            2 => {
+                index(r, out);
+                out.extend_from_slice(
+                    [&b":-1"[..], b":1.5", b":.5", b":1e3", b"::1", b":", b":a", b":+2"][r.below(8) as usize],
+                );
+            }
+            3 => index(r, out), // no colon
+            4 => out.extend_from_slice([&b":1"[..], b"", b"x:1", b"1x:1", b"1:1:1", b"12\r:3"][r.below(6) as usize]),
+            5 => {
+                // Another end than one space.
+                common(r, out);
+                out.push([b'\t', b' ', b'|', b'\r', 0x80][r.below(5) as usize]);
+            }
+            // Out of range, and the last index.
+            6 => out.extend_from_slice(format!("{}:1", dim + r.below(2) as usize).as_bytes()),
+            7 => out.extend_from_slice(format!("{}:1", dim - 1).as_bytes()),
+            _ => common(r, out),
+        }
+        out.push(b' ');
+    }
+
+    /// Random sparse rows (2 streams, dims from 1 to 2^31 - 1, long runs of common entries
+    /// with every form that stops the fast paths mixed in, at every offset of a window), parsed with
+    /// and without the vector paths, as rows and as indexed sequences, in f32 and f64: the same data,
+    /// errors and outcome. (Where the processor lacks AVX-512 both runs take the scalar paths.)
+    #[test]
+    fn vector_paths_read_as_the_scalar_paths() {
+        let mut r = Rng(0x2545_F491_4F6C_DD1D);
+        let mut vector_entries = 0usize;
+        for case in 0..1000 {
+            let dims = [1usize, 7, 10, 100, 1000, 54321, 100_000, 9_999_999, 10_000_000, (1 << 31) - 1];
+            let (dx, dy) = (dims[r.below(10) as usize], dims[r.below(10) as usize]);
+            // An error drops a row's sample, which leaves its stream empty in the sequence: fatal. So
+            // a case ends at its first error, and most entries must be good for the cases to be long.
+            let bad = [10, 300, 3000, u64::MAX][r.below(4) as usize];
+            let elem = if case % 2 == 0 { ElementType::F32 } else { ElementType::F64 };
+            let schema = Schema::new(vec![
+                StreamSpec::new("x", dx, StorageFormat::Sparse).element_type(elem),
+                StreamSpec::new("y", dy, StorageFormat::Sparse).element_type(elem),
+            ])
+            .expect("a schema");
+            let mut data = Vec::new();
+            for _ in 0..1 + r.below(20) {
+                if r.below(4) == 0 {
+                    data.extend_from_slice(b"7 ");
+                }
+                for (name, dim) in [(&b"|x"[..], dx), (b"|y", dy)] {
+                    if r.below(200) == 0 {
+                        continue; // a stream without samples in a sequence is fatal
+                    }
+                    data.extend_from_slice(name);
+                    data.push(b' ');
+                    let most = if r.below(3) == 0 { 3 } else { 60 };
+                    for _ in 0..1 + r.below(most) {
+                        sparse_entry(&mut r, &mut data, bad, dim);
+                    }
+                    if r.below(2) == 0 {
+                        data.pop(); // the sample's last entry ends at `|` or `\n`
+                    }
+                }
+                data.push(b'\n');
+            }
+            if r.below(3) == 0 {
+                data.pop();
+            }
+            let run = |vector: bool, rows: bool| {
+                let mut parser = CtfParser::new(&schema);
+                parser.set_vector_paths(vector);
+                let mut out = ChunkData::new(&schema);
+                let mut sink = Collect::new(usize::MAX, true);
+                let res = if rows {
+                    let mut seqs = Vec::new();
+                    parser.parse_rows(&data, 0, 0, &mut seqs, &mut out, &mut sink).map(|_| format!("{seqs:?}"))
+                } else {
+                    crate::ctf::index::index_bytes(&data, false, None, u64::MAX).and_then(|chunks| {
+                        for c in &chunks {
+                            parser.parse_sequences(&data, 0, &c.sequences, &mut out, &mut sink)?;
+                        }
+                        Ok(String::new())
+                    })
+                };
+                (format!("{res:?}"), out, format!("{:?} {:?}", sink.errors, sink.warnings))
+            };
+            for rows in [true, false] {
+                let scalar = run(false, rows);
+                let vector = run(true, rows);
+                assert_eq!(vector, scalar, "case {case} rows {rows}: {:?}", String::from_utf8_lossy(&data));
+            }
+            vector_entries += run(true, true).1.streams[0].values.len();
+        }
+        assert!(vector_entries > 10_000, "the cases must hold many entries ({vector_entries})");
+    }
+
+    /// `read_sparse` with and without the vector path on entry lists cut at every length `n` (bytes
+    /// after `n` are still there, as after a sequence inside a chunk): the same result, values and
+    /// indices. The vector path must take nothing that ends at or past `n`.
+    #[test]
+    fn vector_path_stops_at_the_end_given() {
+        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut taken = 0usize;
+        for _ in 0..200 {
+            let dim = [10usize, 100_000, 10_000_000][r.below(3) as usize];
+            let bad = [20, 1000][r.below(2) as usize];
+            let mut ext = Vec::new();
+            for _ in 0..1 + r.below(40) {
+                sparse_entry(&mut r, &mut ext, bad, dim);
+            }
+            ext.extend_from_slice(b"12:1 34:5 |y 1:1\n");
+            for n in 1..=ext.len() {
+                let read = |vector: bool| {
+                    let (mut v, mut idx) = (Vec::<f32>::new(), Vec::new());
+                    let res = read_sparse(vector, &ext, n, 0, dim, &mut v, &mut idx, false, |x| x as f32);
+                    let res = res.map(|d| d.end).map_err(|f| (f.at, format!("{:?}", f.into_kind("x", dim))));
+                    (res, v, idx)
+                };
+                let vector = read(true);
+                assert_eq!(vector, read(false), "n {n}: {:?}", String::from_utf8_lossy(&ext));
+                taken += vector.1.len();
+            }
+        }
+        assert!(taken > 100_000, "the lists must hold many entries ({taken})");
+    }
 
     /// The separator masks (SIMD and portable) against a byte loop, on every byte value in every place
     /// and on pseudo-random windows.

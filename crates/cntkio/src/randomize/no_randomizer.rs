@@ -144,7 +144,7 @@ impl<S: SequenceSource> SequenceEnumerator for NoRandomizer<S> {
         let end = self.epoch_size.saturating_mul(self.epoch_index.saturating_add(1));
         let mut mb = Minibatch::default();
         if self.pos >= end {
-            mb.end_of_sweep = self.pos >= s && self.pos % s == 0;
+            mb.end_of_sweep = self.pos >= s && self.pos.is_multiple_of(s);
             mb.end_of_epoch = true;
             return Ok(mb);
         }

@@ -545,7 +545,7 @@ impl MinibatchSource {
             // lands depends on the sweep it has prepared.)
             prepare(batch, &self.out_streams);
             batch.bptt = None;
-            batch.end_of_sweep = pos >= self.sweep_size && pos % self.sweep_size == 0;
+            batch.end_of_sweep = pos >= self.sweep_size && pos.is_multiple_of(self.sweep_size);
             batch.end_of_run = true;
             return Ok(false);
         }
