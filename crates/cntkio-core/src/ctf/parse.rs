@@ -437,8 +437,8 @@ impl CtfParser {
         let data = &mut out.streams[i];
         let res = match &mut data.layout {
             Layout::Dense => match &mut data.values {
-                Values::F32(v) => read_dense(ext, n, p, info.dim, v, |x| x as f32),
-                Values::F64(v) => read_dense(ext, n, p, info.dim, v, |x| x),
+                Values::F32(v) => read_dense(self.vector, ext, n, p, info.dim, v, |x| x as f32),
+                Values::F64(v) => read_dense(self.vector, ext, n, p, info.dim, v, |x| x),
             },
             Layout::Sparse { indices, sample_offsets } => {
                 let seq_has_values = data.values.len() > st.value_start[i];
@@ -512,6 +512,7 @@ fn skip_to_next(s: &[u8], from: usize) -> usize {
     }
 }
 
+#[derive(Debug)]
 enum DenseNote {
     None,
     Short(u64),
@@ -559,10 +560,12 @@ impl Fail {
     }
 }
 
-/// Reads a dense value list starting at `p` (just after the name) in `ext[..n]`. On failure the values
+/// Reads a dense value list starting at `p` (just after the name) in `ext[..n]` (`vector`: the vector
+/// path may be used). On failure the values
 /// appended for this sample are removed.
 #[inline]
-fn read_dense<T: Copy + Default>(
+fn read_dense<T: SimdValue + Default>(
+    vector: bool,
     ext: &[u8],
     n: usize,
     mut p: usize,
@@ -575,6 +578,7 @@ fn read_dense<T: Copy + Default>(
     v.reserve(dim);
     // The common case in bulk; the loop below goes on from where it stops (with everything before
     // read exactly as the loop would have read it).
+    p = simd::dense_values(vector, ext, n, p, v);
     p = dense_fast(ext, n, p, v, &conv);
     let s = &ext[..n];
     loop {
@@ -1048,6 +1052,35 @@ mod tests {
         out.push(b' ');
     }
 
+    /// Parses `data` with and without the vector paths, as rows and as indexed sequences, and asserts
+    /// the same data, errors, warnings and outcome. Returns how many values the rows gave.
+    fn vector_agrees(schema: &Schema, data: &[u8], case: usize) -> usize {
+        let run = |vector: bool, rows: bool| {
+            let mut parser = CtfParser::new(schema);
+            parser.set_vector_paths(vector);
+            let mut out = ChunkData::new(schema);
+            let mut sink = Collect::new(usize::MAX, true);
+            let res = if rows {
+                let mut seqs = Vec::new();
+                parser.parse_rows(data, 0, 0, &mut seqs, &mut out, &mut sink).map(|_| format!("{seqs:?}"))
+            } else {
+                crate::ctf::index::index_bytes(data, false, None, u64::MAX).and_then(|chunks| {
+                    for c in &chunks {
+                        parser.parse_sequences(data, 0, &c.sequences, &mut out, &mut sink)?;
+                    }
+                    Ok(String::new())
+                })
+            };
+            (format!("{res:?}"), out, format!("{:?} {:?}", sink.errors, sink.warnings))
+        };
+        for rows in [true, false] {
+            let scalar = run(false, rows);
+            let vector = run(true, rows);
+            assert_eq!(vector, scalar, "case {case} rows {rows}: {:?}", String::from_utf8_lossy(data));
+        }
+        run(true, true).1.streams.iter().map(|d| d.values.len()).sum()
+    }
+
     /// Random sparse rows (2 streams, dims from 1 to 2^31 - 1, long runs of common entries
     /// with every form that stops the fast paths mixed in, at every offset of a window), parsed with
     /// and without the vector paths, as rows and as indexed sequences, in f32 and f64: the same data,
@@ -1092,30 +1125,7 @@ mod tests {
             if r.below(3) == 0 {
                 data.pop();
             }
-            let run = |vector: bool, rows: bool| {
-                let mut parser = CtfParser::new(&schema);
-                parser.set_vector_paths(vector);
-                let mut out = ChunkData::new(&schema);
-                let mut sink = Collect::new(usize::MAX, true);
-                let res = if rows {
-                    let mut seqs = Vec::new();
-                    parser.parse_rows(&data, 0, 0, &mut seqs, &mut out, &mut sink).map(|_| format!("{seqs:?}"))
-                } else {
-                    crate::ctf::index::index_bytes(&data, false, None, u64::MAX).and_then(|chunks| {
-                        for c in &chunks {
-                            parser.parse_sequences(&data, 0, &c.sequences, &mut out, &mut sink)?;
-                        }
-                        Ok(String::new())
-                    })
-                };
-                (format!("{res:?}"), out, format!("{:?} {:?}", sink.errors, sink.warnings))
-            };
-            for rows in [true, false] {
-                let scalar = run(false, rows);
-                let vector = run(true, rows);
-                assert_eq!(vector, scalar, "case {case} rows {rows}: {:?}", String::from_utf8_lossy(&data));
-            }
-            vector_entries += run(true, true).1.streams[0].values.len();
+            vector_entries += vector_agrees(&schema, &data, case);
         }
         assert!(vector_entries > 10_000, "the cases must hold many entries ({vector_entries})");
     }
@@ -1148,6 +1158,132 @@ mod tests {
             }
         }
         assert!(taken > 100_000, "the lists must hold many entries ({taken})");
+    }
+
+    /// One dense value, mostly of the common forms the fast paths take (an optional sign, 1–7 integer
+    /// digits, optionally `.` and 1–7 fraction digits), else (one in `bad`) one that must stop them at
+    /// exactly that value; then one or more separators.
+    fn dense_value(r: &mut Rng, out: &mut Vec<u8>, bad: u64) {
+        let digits = |r: &mut Rng, out: &mut Vec<u8>, n: u64| {
+            for _ in 0..n {
+                out.push(b'0' + r.below(10) as u8);
+            }
+        };
+        let common = |r: &mut Rng, out: &mut Vec<u8>| {
+            match r.below(6) {
+                0 => out.push(b'-'),
+                1 if r.below(4) == 0 => out.push(b'+'),
+                _ => {}
+            }
+            let n = 1 + r.below(7);
+            digits(r, out, n);
+            if r.below(5) != 0 {
+                out.push(b'.');
+                let n = 1 + r.below(7);
+                digits(r, out, n);
+            }
+        };
+        let form = if r.below(bad) == 0 { r.below(10) } else { 99 };
+        match form {
+            0 => {
+                // Too many digits in a part.
+                let (int, frac) =
+                    if r.below(2) == 0 { (8 + r.below(3), r.below(9)) } else { (1 + r.below(7), 8 + r.below(3)) };
+                digits(r, out, int);
+                if frac > 0 {
+                    out.push(b'.');
+                    digits(r, out, frac);
+                }
+            }
+            1 => {
+                common(r, out);
+                out.extend_from_slice([&b"e5"[..], b"E-3", b".", b".5", b"x", b"-"][r.below(6) as usize]);
+            }
+            2 => out.extend_from_slice(
+                [&b"."[..], b"-", b"+", b".5", b"-.5", b"5.", b"-0", b"--1", b"1..2", b"nan"][r.below(10) as usize],
+            ),
+            3 => {
+                common(r, out);
+                out.push([b'|', b'\r', 0x80, b':'][r.below(4) as usize]);
+            }
+            4 => {
+                // Longest common forms.
+                out.push(b'-');
+                digits(r, out, 7);
+                out.push(b'.');
+                digits(r, out, 7);
+            }
+            _ => common(r, out),
+        }
+        for _ in 0..if r.below(8) == 0 { 1 + r.below(3) } else { 1 } {
+            out.push(if r.below(10) == 0 { b'\t' } else { b' ' });
+        }
+    }
+
+    /// Random dense rows (2 streams, dims below, at and above the values given, so with short and
+    /// long samples), parsed with and without the vector paths, as rows and as indexed sequences, in
+    /// f32 and f64: the same data, errors, warnings and outcome.
+    #[test]
+    fn dense_vector_path_reads_as_the_scalar_paths() {
+        let mut r = Rng(0x1234_5678_9ABC_DEF1);
+        let mut entries = 0usize;
+        for case in 0..1000 {
+            let counts = [1 + r.below(40), 1 + r.below(150)];
+            let dims = [counts[0] as usize, (counts[1] as usize + r.below(3) as usize).saturating_sub(1).max(1)];
+            let elem = if case % 2 == 0 { ElementType::F32 } else { ElementType::F64 };
+            let schema = Schema::new(vec![
+                StreamSpec::new("x", dims[0], StorageFormat::Dense).element_type(elem),
+                StreamSpec::new("y", dims[1], StorageFormat::Dense).element_type(elem),
+            ])
+            .expect("a schema");
+            let bad = [10, 300, 3000, u64::MAX][r.below(4) as usize];
+            let mut data = Vec::new();
+            for _ in 0..1 + r.below(20) {
+                for (name, count) in [(&b"|x"[..], counts[0]), (b"|y", counts[1])] {
+                    data.extend_from_slice(name);
+                    data.push(b' ');
+                    for _ in 0..count {
+                        dense_value(&mut r, &mut data, bad);
+                    }
+                    if r.below(2) == 0 {
+                        data.pop(); // the sample's last value ends at `|` or `\n`
+                    }
+                }
+                data.push(b'\n');
+            }
+            entries += vector_agrees(&schema, &data, case);
+        }
+        assert!(entries > 100_000, "the cases must hold many values ({entries})");
+    }
+
+    /// `read_dense` with and without the vector path on value lists cut at every length `n`: the same
+    /// result and values. The vector path must take nothing that ends at or past `n`.
+    #[test]
+    fn dense_vector_path_stops_at_the_end_given() {
+        let mut r = Rng(0x0F1E_2D3C_4B5A_6978);
+        let mut taken = 0usize;
+        for _ in 0..150 {
+            let bad = [20, 1000][r.below(2) as usize];
+            let mut ext = Vec::new();
+            for _ in 0..1 + r.below(40) {
+                dense_value(&mut r, &mut ext, bad);
+            }
+            ext.extend_from_slice(b"1.5 -2 |y 1\n");
+            let dim = 1 + r.below(45) as usize;
+            for n in 1..=ext.len() {
+                let read = |vector: bool| {
+                    let mut v = Vec::<f64>::new();
+                    let res = read_dense(vector, &ext, n, 0, dim, &mut v, |x| x);
+                    let res = res.map(|d| (d.end, format!("{:?}", d.note)));
+                    let res = res.map_err(|f| (f.at, format!("{:?}", f.into_kind("x", dim))));
+                    (res, v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                };
+                let vector = read(true);
+                assert_eq!(vector, read(false), "n {n} dim {dim}: {:?}", String::from_utf8_lossy(&ext));
+                taken += vector.1.len();
+            }
+        }
+        assert!(taken > 100_000, "the lists must hold many values ({taken})");
     }
 
     /// The separator masks (SIMD and portable) against a byte loop, on every byte value in every place

@@ -38,6 +38,8 @@ pub(crate) fn sparse_available() -> bool {
             && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx512vbmi")
             && std::is_x86_feature_detected!("avx512vbmi2")
+            && std::is_x86_feature_detected!("avx512dq")
+            && std::is_x86_feature_detected!("avx512cd")
             && std::is_x86_feature_detected!("bmi1")
             && std::is_x86_feature_detected!("bmi2")
             && std::is_x86_feature_detected!("popcnt")
@@ -76,6 +78,28 @@ pub(crate) fn sparse_entries<T: SimdValue>(
         return unsafe { avx512::sparse(ext, n, p, dim as u64, v, idx) };
     }
     let _ = (available, ext, n, dim, v, idx);
+    p
+}
+
+/// Reads common dense values (`[+-]d.ddd`: an optional sign, 1–7 integer digits, optionally `.` and
+/// up to 7 fraction digits, ended by a space or tab) from `p` (a value's start or a separator) on, in
+/// 64-byte windows of `ext` whose values end before `n`, appending them. Returns where it stopped: at
+/// the start of the first value of another form, or at a separator (after the last value taken), or
+/// where fewer than 64 bytes of `ext` remain. Every value taken is the one the scalar paths compute
+/// (`int + frac / 10^k` in `f64`, then `as T`).
+///
+/// `available` must be [`sparse_available`]'s answer (the same features, and `avx512dq` and
+/// `avx512cd`, which every processor with `VBMI2` has); when it is `false` nothing is read.
+#[inline]
+pub(crate) fn dense_values<T: SimdValue>(available: bool, ext: &[u8], n: usize, p: usize, v: &mut Vec<T>) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if available {
+        // SAFETY: `available` comes from `sparse_available`, which checked that this processor has
+        // every feature `avx512::dense` is compiled for.
+        #[allow(unsafe_code)]
+        return unsafe { avx512::dense(ext, n, p, v) };
+    }
+    let _ = (available, ext, n, v);
     p
 }
 
@@ -232,6 +256,141 @@ mod avx512 {
                 // Entry `taken` is of another form: the scalar code reads it. It starts after the
                 // taken-th space.
                 p += _pdep_u64(1 << (taken - 1), spaces).trailing_zeros() as usize + 1;
+                break;
+            }
+            p = next;
+        }
+        p
+    }
+
+    /// Byte `8j + i` is `i - 8` (as a wrapping byte): added to a position, the 8 bytes before it.
+    const BEFORE: [u8; 64] = {
+        let mut a = [0u8; 64];
+        let mut i = 0;
+        while i < 64 {
+            a[i] = ((i % 8) as u8).wrapping_sub(8);
+            i += 1;
+        }
+        a
+    };
+
+    /// The exact powers of ten a fraction of 0–7 digits is divided by (as in `number::parse_words`).
+    const POW10: [f64; 8] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7];
+
+    /// The value of each 8-byte lane of digit values (most significant first; zero bytes before).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn lane_values(digits: __m512i) -> __m512i {
+        let pairs = _mm512_maddubs_epi16(digits, _mm512_set1_epi16(0x010a));
+        let quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x0001_0064));
+        _mm512_add_epi64(_mm512_mul_epu32(quads, _mm512_set1_epi64(10_000)), _mm512_srli_epi64::<32>(quads))
+    }
+
+    /// See [`super::dense_values`].
+    ///
+    /// Value j of a window runs from its j-th start (a non-separator after a separator, or the
+    /// window's first byte) to its j-th end (a separator after a non-separator). Its trailing digits
+    /// are counted in the 8 bytes before its end; the byte before them is its `.` if it has a
+    /// fraction, and otherwise the integer is those digits. The integer digits are the up to 8 bytes
+    /// before the `.` (or the end) from the start on, after the sign.
+    ///
+    /// # Safety
+    /// The processor must have the features this function is compiled for.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512cd,avx512vbmi,avx512vbmi2,bmi1,popcnt")]
+    pub(super) unsafe fn dense<T: SimdValue>(ext: &[u8], n: usize, mut p: usize, v: &mut Vec<T>) -> usize {
+        let iota = vector(&IOTA);
+        let lane = vector(&LANE);
+        let before = vector(&BEFORE);
+        let pow10 = _mm512_loadu_pd(POW10.as_ptr());
+        let zero_char = _mm512_set1_epi8(b'0' as i8);
+        let nine = _mm512_set1_epi8(9);
+        let one = _mm512_set1_epi8(1);
+        let six = _mm512_set1_epi8(6);
+        let seven = _mm512_set1_epi8(7);
+        let all = _mm512_set1_epi8(-1);
+        let sign_bit = _mm512_set1_epi64(i64::MIN);
+        while p < n {
+            let Some(bytes) = ext.get(p..p + WINDOW) else { break };
+            let w = vector(bytes.try_into().expect("a window"));
+            let valid = if n - p < WINDOW { (1u64 << (n - p)) - 1 } else { !0 };
+            let sep = _mm512_cmpeq_epi8_mask(w, _mm512_set1_epi8(b' ' as i8))
+                | _mm512_cmpeq_epi8_mask(w, _mm512_set1_epi8(b'\t' as i8));
+            let starts = !sep & ((sep << 1) | 1) & valid;
+            let ends = sep & (!sep << 1) & valid;
+            if ends == 0 {
+                break;
+            }
+            let count = ends.count_ones().min(8);
+            let last = if count == 8 { _pdep_u64(1 << 7, ends) } else { 1 << (63 - ends.leading_zeros()) };
+            let next = p + last.trailing_zeros() as usize;
+            let st = _mm512_maskz_compress_epi8(starts, iota);
+            let en = _mm512_maskz_compress_epi8(ends, iota);
+            // Per value (byte j): its sign, and where its digits start.
+            let first = _mm512_permutexvar_epi8(st, w);
+            let minus = _mm512_cmpeq_epi8_mask(first, _mm512_set1_epi8(b'-' as i8));
+            let signed = minus | _mm512_cmpeq_epi8_mask(first, _mm512_set1_epi8(b'+' as i8));
+            let ds = _mm512_mask_add_epi8(st, signed, st, one);
+            let ds_lanes = _mm512_permutexvar_epi8(lane, ds);
+            // The 8 bytes before the end, those from `ds` on: the trailing digits, counted from the
+            // end (a lane's leading zero bytes, where non-digits are 0xff).
+            let tail_pos = _mm512_add_epi8(_mm512_permutexvar_epi8(lane, en), before);
+            let tail = _mm512_permutexvar_epi8(tail_pos, w);
+            let tail_in = _mm512_cmpge_epi8_mask(tail_pos, ds_lanes);
+            let tail_digit = tail_in & _mm512_cmple_epu8_mask(_mm512_sub_epi8(tail, zero_char), nine);
+            let trailing = _mm512_srli_epi64::<3>(_mm512_lzcnt_epi64(_mm512_movm_epi8(!tail_digit)));
+            let trailing = _mm512_castsi128_si512(_mm512_cvtepi64_epi8(trailing));
+            // A `.` before the trailing digits starts the fraction.
+            let dot_at = _mm512_sub_epi8(_mm512_sub_epi8(en, one), trailing);
+            // (With none, `5.` is 5, as in the scalar paths.)
+            let dot = _mm512_cmpeq_epi8_mask(_mm512_permutexvar_epi8(dot_at, w), _mm512_set1_epi8(b'.' as i8));
+            let int_end = _mm512_mask_blend_epi8(dot, en, dot_at);
+            let frac_len = _mm512_maskz_mov_epi8(dot, trailing);
+            // 1-7 integer digits, at most 7 fraction digits.
+            let int_len_ok = _mm512_cmple_epu8_mask(_mm512_sub_epi8(_mm512_sub_epi8(int_end, ds), one), six);
+            let frac_len_ok = _mm512_cmple_epu8_mask(frac_len, seven);
+            // The integer digits: the 8 bytes before its end, those from `ds` on.
+            let int_end_lanes = _mm512_permutexvar_epi8(lane, int_end);
+            let int_pos = _mm512_add_epi8(int_end_lanes, before);
+            let int_in = _mm512_cmpge_epi8_mask(int_pos, ds_lanes);
+            let int_digits = _mm512_maskz_sub_epi8(int_in, _mm512_permutexvar_epi8(int_pos, w), zero_char);
+            let int_bad = int_in & !_mm512_cmple_epu8_mask(int_digits, nine);
+            let int_bad = _mm512_test_epi64_mask(_mm512_movm_epi8(int_bad), all);
+            // The fraction digits: the tail after the `.` (none without one).
+            let frac_in = _mm512_cmpgt_epi8_mask(tail_pos, int_end_lanes);
+            let frac_digits = _mm512_maskz_sub_epi8(frac_in, tail, zero_char);
+            let int = _mm512_cvtepu64_pd(lane_values(int_digits));
+            let frac = _mm512_cvtepu64_pd(lane_values(frac_digits));
+            let div = _mm512_permutexvar_pd(_mm512_cvtepu8_epi64(_mm512_castsi512_si128(frac_len)), pow10);
+            let coef = _mm512_add_pd(int, _mm512_div_pd(frac, div));
+            let minus_lanes = minus as u8;
+            let value = _mm512_castsi512_pd(_mm512_mask_or_epi64(
+                _mm512_castpd_si512(coef),
+                minus_lanes,
+                _mm512_castpd_si512(coef),
+                sign_bit,
+            ));
+            let ok = (int_len_ok & frac_len_ok) as u8 & !int_bad;
+            let lanes = if count == 8 { 0xff } else { (1u8 << count) - 1 };
+            let taken = (!(ok & lanes)).trailing_zeros() as usize;
+            if taken == 0 {
+                break;
+            }
+            v.reserve(8);
+            let vl = v.len();
+            // SAFETY: the vector has room for 8 more elements (reserved just above); the store writes
+            // 8 elements there (unaligned stores allowed), of which the first `taken` (<= 8) become
+            // part of it. `T` is `f64` when `IS_F64` and `f32` otherwise (the trait is sealed).
+            unsafe {
+                if T::IS_F64 {
+                    _mm512_storeu_pd(v.as_mut_ptr().add(vl).cast(), value);
+                } else {
+                    _mm256_storeu_ps(v.as_mut_ptr().add(vl).cast(), _mm512_cvtpd_ps(value));
+                }
+                v.set_len(vl + taken);
+            }
+            if taken < count as usize {
+                // Value `taken` is of another form: the scalar code reads it from its start.
+                p += _pdep_u64(1 << taken, starts).trailing_zeros() as usize;
                 break;
             }
             p = next;
