@@ -89,6 +89,8 @@ impl ErrorSink for Collect {
 #[derive(Debug, Clone)]
 struct StreamInfo {
     alias: Box<[u8]>,
+    /// The alias's bytes as a little-endian word, when it has 1–8 of them (else `None`).
+    alias_word: Option<u64>,
     name: String,
     dim: usize,
     defines_length: bool,
@@ -102,6 +104,16 @@ pub struct CtfParser {
     max_alias_len: usize,
     /// The vector paths may be used (the processor has them; see [`CtfParser::set_vector_paths`]).
     vector: bool,
+}
+
+/// `bytes` (1–8 of them) as a little-endian word, zero above.
+fn short_word(bytes: &[u8]) -> Option<u64> {
+    if !(1..=8).contains(&bytes.len()) {
+        return None;
+    }
+    let mut w = [0u8; 8];
+    w[..bytes.len()].copy_from_slice(bytes);
+    Some(u64::from_le_bytes(w))
 }
 
 /// The vector instruction set the parser uses on this processor (`"AVX-512"`), if any: the vector
@@ -128,6 +140,7 @@ impl CtfParser {
             .enumerate()
             .map(|(i, s)| StreamInfo {
                 alias: s.alias.as_bytes().into(),
+                alias_word: short_word(s.alias.as_bytes()),
                 name: s.name.clone(),
                 dim: s.dim,
                 defines_length: main.is_none_or(|m| m == i),
@@ -148,8 +161,18 @@ impl CtfParser {
         &self.schema
     }
 
+    /// The stream named `name`, which is `ext[start..start + len]`.
     #[inline]
-    fn lookup(&self, name: &[u8]) -> Option<usize> {
+    fn lookup(&self, ext: &[u8], start: usize, len: usize) -> Option<usize> {
+        // Names of up to 8 bytes are compared as words (read with the bytes after them, masked off),
+        // without a `memcmp` call per stream.
+        if (1..=8).contains(&len) {
+            if let Some(w) = ext.get(start..start + 8) {
+                let word = u64::from_le_bytes(w.try_into().expect("8 bytes")) & (!0u64 >> (64 - 8 * len));
+                return self.streams.iter().position(|s| s.alias_word == Some(word) && s.alias.len() == len);
+            }
+        }
+        let name = &ext[start..start + len];
         self.streams.iter().position(|s| &*s.alias == name)
     }
 
@@ -421,7 +444,7 @@ impl CtfParser {
             sink.error(Error::at(ErrorKind::EmptyName { found: Some(s[p]) }, base + p as u64).with_sequence(seq.key))?;
             return Ok(Sample::Skip(p));
         }
-        let i = match self.lookup(name) {
+        let i = match self.lookup(ext, ns, name.len()) {
             Some(i) => i,
             None => {
                 if sink.wants_warnings() {
@@ -1284,6 +1307,36 @@ mod tests {
             }
         }
         assert!(taken > 100_000, "the lists must hold many values ({taken})");
+    }
+
+    /// Stream names found by word (up to 8 bytes, read with what follows) and by slice: every alias
+    /// and every prefix and extension of one, at the end of the bytes and before more bytes.
+    #[test]
+    fn lookup_by_word_and_by_slice() {
+        let aliases = ["a", "ab", "abcdefg", "abcdefgh", "abcdefghi", "features", "x.y", "0"];
+        let schema = Schema::new(
+            aliases
+                .iter()
+                .enumerate()
+                .map(|(i, a)| StreamSpec::new(format!("s{i}"), 1, StorageFormat::Dense).alias(*a))
+                .collect(),
+        )
+        .expect("a schema");
+        let parser = CtfParser::new(&schema);
+        let mut names: Vec<Vec<u8>> = aliases.iter().map(|a| a.as_bytes().to_vec()).collect();
+        for a in aliases {
+            let b = a.as_bytes();
+            names.push(b[..b.len() - 1].to_vec());
+            names.push([b, b"z"].concat());
+            names.push([b"z", b].concat());
+        }
+        for name in &names {
+            let want = aliases.iter().position(|a| a.as_bytes() == &name[..]);
+            for after in [&b""[..], b" ", b"abcdefghijklmnop", b"\0\0\0\0\0\0\0\0"] {
+                let ext = [&b"|"[..], name, after].concat();
+                assert_eq!(parser.lookup(&ext, 1, name.len()), want, "{name:?} then {after:?}");
+            }
+        }
     }
 
     /// The separator masks (SIMD and portable) against a byte loop, on every byte value in every place
