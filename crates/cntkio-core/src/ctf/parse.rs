@@ -103,7 +103,7 @@ pub struct CtfParser {
     streams: Vec<StreamInfo>,
     max_alias_len: usize,
     /// The vector paths may be used (the processor has them; see [`CtfParser::set_vector_paths`]).
-    vector: bool,
+    vector: Option<simd::Vector>,
 }
 
 /// `bytes` (1–8 of them) as a little-endian word, zero above.
@@ -119,7 +119,7 @@ fn short_word(bytes: &[u8]) -> Option<u64> {
 /// The vector instruction set the parser uses on this processor (`"AVX-512"`), if any: the vector
 /// paths are taken unless `CNTKIO_SIMD=0` is set. The data are the same either way.
 pub fn vector_paths() -> Option<&'static str> {
-    simd::sparse_available().then_some("AVX-512")
+    simd::available().map(|_| "AVX-512")
 }
 
 /// Outcome of reading one sample.
@@ -147,13 +147,13 @@ impl CtfParser {
             })
             .collect();
         let max_alias_len = streams.iter().map(|s| s.alias.len()).max().unwrap_or(0);
-        CtfParser { schema: schema.clone(), streams, max_alias_len, vector: simd::sparse_available() }
+        CtfParser { schema: schema.clone(), streams, max_alias_len, vector: simd::available() }
     }
 
     /// Turns the vector paths (AVX-512, where the processor has it) off or back on. They are on by
     /// default, unless `CNTKIO_SIMD=0` is set; the data are the same either way. For comparisons.
     pub fn set_vector_paths(&mut self, on: bool) {
-        self.vector = on && simd::sparse_available();
+        self.vector = if on { simd::available() } else { None };
     }
 
     /// The schema.
@@ -588,7 +588,7 @@ impl Fail {
 /// appended for this sample are removed.
 #[inline]
 fn read_dense<T: SimdValue + Default>(
-    vector: bool,
+    vector: Option<simd::Vector>,
     ext: &[u8],
     n: usize,
     mut p: usize,
@@ -866,7 +866,7 @@ fn nth_number(s: &[u8], mut p: usize, k: usize) -> Option<usize> {
 #[inline]
 #[allow(clippy::too_many_arguments)]
 fn read_sparse<T: SimdValue>(
-    vector: bool,
+    vector: Option<simd::Vector>,
     ext: &[u8],
     n: usize,
     mut p: usize,
@@ -1171,6 +1171,7 @@ mod tests {
             for n in 1..=ext.len() {
                 let read = |vector: bool| {
                     let (mut v, mut idx) = (Vec::<f32>::new(), Vec::new());
+                    let vector = if vector { simd::available() } else { None };
                     let res = read_sparse(vector, &ext, n, 0, dim, &mut v, &mut idx, false, |x| x as f32);
                     let res = res.map(|d| d.end).map_err(|f| (f.at, format!("{:?}", f.into_kind("x", dim))));
                     (res, v, idx)
@@ -1296,6 +1297,7 @@ mod tests {
             for n in 1..=ext.len() {
                 let read = |vector: bool| {
                     let mut v = Vec::<f64>::new();
+                    let vector = if vector { simd::available() } else { None };
                     let res = read_dense(vector, &ext, n, 0, dim, &mut v, |x| x);
                     let res = res.map(|d| (d.end, format!("{:?}", d.note)));
                     let res = res.map_err(|f| (f.at, format!("{:?}", f.into_kind("x", dim))));

@@ -1,8 +1,9 @@
-//! Vector paths of the CTF parser, chosen at run time: the common sparse entry `index:d ` eight at a
-//! time with AVX-512 (the `BW`, `VBMI` and `VBMI2` extensions: Intel since Ice Lake, AMD since Zen 4).
+//! Vector paths of the CTF parser, chosen at run time: the common sparse entry `index:d ` and the
+//! common dense value (`-1.234567`) eight at a time with AVX-512 (the `BW`, `VBMI` and `VBMI2`
+//! extensions among others: Intel since Ice Lake, AMD since Zen 4).
 //!
-//! A vector path takes exactly the entries the scalar fast path takes, with the same values; where it
-//! stops, the scalar code goes on. `CNTKIO_SIMD=0` in the environment turns the vector paths off (for
+//! A vector path takes only entries and values the scalar paths read the same way, with the same
+//! values; where it stops, the scalar code goes on. `CNTKIO_SIMD=0` in the environment turns the vector paths off (for
 //! comparisons, or if a processor misbehaves).
 
 /// An element type the vector sparse path can store (`f32` or `f64`; sealed).
@@ -25,15 +26,20 @@ mod sealed {
     impl Sealed for f64 {}
 }
 
-/// Whether this processor has what [`sparse_entries`] needs (and the environment does not turn the
-/// vector paths off). Checked once per parser.
-pub(crate) fn sparse_available() -> bool {
+/// Proof that this processor has what the vector paths need: only [`available`] makes one, so the
+/// safe functions below that take it can call the `unsafe` vector code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Vector(());
+
+/// [`Vector`] if this processor has what the vector paths need (and the environment does not turn
+/// them off). Checked once per parser.
+pub(crate) fn available() -> Option<Vector> {
     #[cfg(target_arch = "x86_64")]
     {
         if std::env::var_os("CNTKIO_SIMD").is_some_and(|v| v == "0") {
-            return false;
+            return None;
         }
-        std::is_x86_feature_detected!("avx512f")
+        let all = std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx512vbmi")
@@ -42,15 +48,16 @@ pub(crate) fn sparse_available() -> bool {
             && std::is_x86_feature_detected!("avx512cd")
             && std::is_x86_feature_detected!("bmi1")
             && std::is_x86_feature_detected!("bmi2")
-            && std::is_x86_feature_detected!("popcnt")
+            && std::is_x86_feature_detected!("popcnt");
+        all.then_some(Vector(()))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        false
+        None
     }
 }
 
-/// Bytes a window of [`sparse_entries`] reads.
+/// Bytes a window of the vector paths reads.
 pub(crate) const WINDOW: usize = 64;
 
 /// Reads common sparse entries `index:d ` (1–7 index digits, the index below `dim`, a one-digit
@@ -59,10 +66,10 @@ pub(crate) const WINDOW: usize = 64;
 /// not ending before `n`, or where fewer than 64 bytes of `ext` remain. Every entry taken reads as the
 /// scalar paths read it (index by its digits, value the digit as `T`).
 ///
-/// `available` must be [`sparse_available`]'s answer; when it is `false` nothing is read.
+/// With `vector` `None`, nothing is read.
 #[inline]
 pub(crate) fn sparse_entries<T: SimdValue>(
-    available: bool,
+    vector: Option<Vector>,
     ext: &[u8],
     n: usize,
     p: usize,
@@ -71,13 +78,13 @@ pub(crate) fn sparse_entries<T: SimdValue>(
     idx: &mut Vec<i32>,
 ) -> usize {
     #[cfg(target_arch = "x86_64")]
-    if available {
-        // SAFETY: `available` comes from `sparse_available`, which checked that this processor has
+    if vector.is_some() {
+        // SAFETY: a `Vector` comes from `available`, which checked that this processor has
         // every feature `avx512::sparse` is compiled for.
         #[allow(unsafe_code)]
         return unsafe { avx512::sparse(ext, n, p, dim as u64, v, idx) };
     }
-    let _ = (available, ext, n, dim, v, idx);
+    let _ = (vector, ext, n, dim, v, idx);
     p
 }
 
@@ -88,18 +95,23 @@ pub(crate) fn sparse_entries<T: SimdValue>(
 /// where fewer than 64 bytes of `ext` remain. Every value taken is the one the scalar paths compute
 /// (`int + frac / 10^k` in `f64`, then `as T`).
 ///
-/// `available` must be [`sparse_available`]'s answer (the same features, and `avx512dq` and
-/// `avx512cd`, which every processor with `VBMI2` has); when it is `false` nothing is read.
+/// With `vector` `None`, nothing is read.
 #[inline]
-pub(crate) fn dense_values<T: SimdValue>(available: bool, ext: &[u8], n: usize, p: usize, v: &mut Vec<T>) -> usize {
+pub(crate) fn dense_values<T: SimdValue>(
+    vector: Option<Vector>,
+    ext: &[u8],
+    n: usize,
+    p: usize,
+    v: &mut Vec<T>,
+) -> usize {
     #[cfg(target_arch = "x86_64")]
-    if available {
-        // SAFETY: `available` comes from `sparse_available`, which checked that this processor has
+    if vector.is_some() {
+        // SAFETY: a `Vector` comes from `available`, which checked that this processor has
         // every feature `avx512::dense` is compiled for.
         #[allow(unsafe_code)]
         return unsafe { avx512::dense(ext, n, p, v) };
     }
-    let _ = (available, ext, n, v);
+    let _ = (vector, ext, n, v);
     p
 }
 
