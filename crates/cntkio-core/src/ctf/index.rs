@@ -1,8 +1,8 @@
 //! The CTF indexer (CTF.md §1–§3): rows → sequences → chunks, over blocks of bytes.
 //!
 //! The caller cuts the file into blocks that start at a row start and end just after a `\n` (the last
-//! block ends at the end of the file), scans each block with [`scan_block`] (blocks are independent, so
-//! this can run in parallel), then feeds the scans *in order* to a [`SequenceAssembler`], which joins rows
+//! block ends at the end of the file), scans each block with [`RowScanner::scan_block`] (blocks are
+//! independent, so this can run in parallel), then feeds the scans *in order* to a [`SequenceAssembler`], which joins rows
 //! across block borders into sequences, and a [`Chunker`], which groups sequences into chunks exactly as
 //! CNTK's `Index::AddSequence` does.
 
