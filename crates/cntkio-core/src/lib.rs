@@ -11,7 +11,7 @@
 //! assert_eq!(data.streams[0].values, cntkio_core::Values::F32(vec![1.0, 2.0, 3.0]));
 //! ```
 // Audited exceptions, each with its invariant: the SSE2 byte masks of the CTF parser
-// (`ctf::parse::byte_mask_sse2`) and its AVX-512 sparse path (`ctf::simd`).
+// (`ctf::parse::byte_mask_sse2`) and its AVX-512 paths (`ctf::simd`).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -21,6 +21,8 @@ pub mod data;
 pub mod error;
 pub mod number;
 pub mod schema;
+#[cfg(test)]
+mod test_rng;
 
 pub use data::{ChunkData, Layout, StreamData, Values};
 pub use error::{Category, Error, ErrorKind, Position, WarningKind};

@@ -462,7 +462,7 @@ mod tests {
         assert_eq!(leading_digits(u64::from_le_bytes(*b"1234:/;9")), 4);
         // Every byte value at every position after digits, and random words, against a byte loop.
         let naive = |w: [u8; 8]| w.iter().take_while(|c| c.is_ascii_digit()).count() as u32;
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut r = crate::test_rng::Rng(0x9E37_79B9_7F4A_7C15);
         for at in 0..8 {
             for b in 0..=255u8 {
                 for fill in [b'7', b'\xFF', b'0', b' '] {
@@ -476,10 +476,7 @@ mod tests {
             }
         }
         for _ in 0..100_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let mut w = x.to_le_bytes();
+            let mut w = r.next().to_le_bytes();
             for c in w.iter_mut() {
                 if *c & 1 == 0 {
                     *c = b'0' + *c % 10;

@@ -125,13 +125,8 @@ fn renames() {
 /// and past 2^31 and 2^32, where the 32-bit test must not wrap).
 #[test]
 fn check_chunk_fast_agrees_with_check_sequence_on_sparse_indices() {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rnd = move |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut r = crate::test_rng::Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rnd = move |n: u64| r.below(n);
     let dims: [usize; 7] = [1, 7, 100_000, (1 << 31) - 1, 1 << 31, (1 << 32) + 5, usize::MAX];
     for case in 0..2000 {
         let dim = dims[case % dims.len()];

@@ -584,8 +584,7 @@ impl Fail {
 }
 
 /// Reads a dense value list starting at `p` (just after the name) in `ext[..n]` (`vector`: the vector
-/// path may be used). On failure the values
-/// appended for this sample are removed.
+/// path may be used). On failure the values appended for this sample are removed.
 #[inline]
 fn read_dense<T: SimdValue + Default>(
     vector: Option<simd::Vector>,
@@ -1005,24 +1004,10 @@ pub fn sequence_samples(d: &StreamData, seq: usize) -> Vec<Vec<(usize, f64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::Rng;
     use crate::{ElementType, StorageFormat, StreamSpec};
 
     /// A small deterministic generator for the tests below.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
     /// One sparse entry, mostly of the common form `index:d ` (which the fast paths take: an index
     /// below `dim` of at most 7 digits, some with leading zeros), else (`bad`: one in `bad` entries)
     /// one of the forms that must stop them at exactly that entry.
@@ -1368,14 +1353,11 @@ mod tests {
                 windows.push(w);
             }
         }
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
         for _ in 0..2000 {
             let mut w = [0u8; WINDOW];
             for c in w.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *c = [b' ', b'\t', b'1', b'.', b'|', b'\n', 0x89, 0xa0, 0x20 | 0x80, 0x09 | 0x80][(x % 10) as usize];
+                *c = [b' ', b'\t', b'1', b'.', b'|', b'\n', 0x89, 0xa0, 0x20 | 0x80, 0x09 | 0x80][r.below(10) as usize];
             }
             windows.push(w);
         }

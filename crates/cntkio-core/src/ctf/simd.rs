@@ -121,51 +121,66 @@ mod avx512 {
     use super::{SimdValue, WINDOW};
     use std::arch::x86_64::*;
 
-    /// Byte `i` of the result is `i`.
-    const IOTA: [u8; 64] = {
-        let mut a = [0u8; 64];
-        let mut i = 0;
-        while i < 64 {
-            a[i] = i as u8;
-            i += 1;
-        }
-        a
-    };
+    /// A 64-byte table whose byte `i` is `$e`.
+    macro_rules! table {
+        (|$i:ident| $e:expr) => {{
+            let mut a = [0u8; 64];
+            let mut $i = 0;
+            while $i < 64 {
+                a[$i] = $e;
+                $i += 1;
+            }
+            a
+        }};
+    }
 
+    /// Byte `i` is `i`.
+    const IOTA: [u8; 64] = table!(|i| i as u8);
     /// Byte `8j + i` is `j` (broadcasts byte `j` to the j-th 8-byte lane).
-    const LANE: [u8; 64] = {
-        let mut a = [0u8; 64];
-        let mut i = 0;
-        while i < 64 {
-            a[i] = (i / 8) as u8;
-            i += 1;
-        }
-        a
-    };
-
-    /// Byte `8j + i` is `i - 10` (as a wrapping byte): added to an entry's space position, the
-    /// positions of the 8 bytes before its `:`, most significant first (the index digits,
-    /// right-aligned in the lane).
-    const DIGIT_AT: [u8; 64] = {
-        let mut a = [0u8; 64];
-        let mut i = 0;
-        while i < 64 {
-            a[i] = ((i % 8) as u8).wrapping_sub(10);
-            i += 1;
-        }
-        a
-    };
-
+    const LANE: [u8; 64] = table!(|i| (i / 8) as u8);
     /// Byte `i` is `i - 1` (byte 0 is masked off where it is used).
-    const PREVIOUS: [u8; 64] = {
-        let mut a = [0u8; 64];
-        let mut i = 1;
-        while i < 64 {
-            a[i] = (i - 1) as u8;
-            i += 1;
+    const PREVIOUS: [u8; 64] = table!(|i| (i as u8).wrapping_sub(1));
+    /// Byte `8j + i` is `i - 8` (as a wrapping byte): added to a position broadcast to lane j, the
+    /// positions of the 8 bytes before it.
+    const BEFORE: [u8; 64] = table!(|i| ((i % 8) as u8).wrapping_sub(8));
+
+    /// The value of each 8-byte lane of digit values (most significant first; zero bytes before).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn lane_values(digits: __m512i) -> __m512i {
+        // Pairs, quads, then the two halves.
+        let pairs = _mm512_maddubs_epi16(digits, _mm512_set1_epi16(0x010a));
+        let quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x0001_0064));
+        _mm512_add_epi64(_mm512_mul_epu32(quads, _mm512_set1_epi64(10_000)), _mm512_srli_epi64::<32>(quads))
+    }
+
+    /// How many of the `count` (at most 8) lanes of a window are taken: those before the first that
+    /// is not `ok`.
+    #[inline]
+    fn leading_ok(ok: u8, count: u32) -> usize {
+        let lanes = if count >= 8 { 0xff } else { (1u8 << count) - 1 };
+        (!(ok & lanes)).trailing_zeros() as usize
+    }
+
+    /// Appends the first `taken` (at most 8) of `values` to `v`, as `T`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn push8<T: SimdValue>(v: &mut Vec<T>, values: __m512d, taken: usize) {
+        debug_assert!(taken <= 8);
+        v.reserve(8);
+        let len = v.len();
+        // SAFETY: `v` has room for 8 more elements (reserved just above); the store writes 8 elements
+        // there (unaligned stores allowed), of which the first `taken` (<= 8) become part of it. `T` is
+        // `f64` when `IS_F64` and `f32` otherwise (the trait is sealed), so the stored bits are `T`s.
+        unsafe {
+            if T::IS_F64 {
+                _mm512_storeu_pd(v.as_mut_ptr().add(len).cast(), values);
+            } else {
+                _mm256_storeu_ps(v.as_mut_ptr().add(len).cast(), _mm512_cvtpd_ps(values));
+            }
+            v.set_len(len + taken.min(8));
         }
-        a
-    };
+    }
 
     /// The 64 bytes as a vector.
     #[target_feature(enable = "avx512f")]
@@ -190,7 +205,7 @@ mod avx512 {
     ) -> usize {
         let iota = vector(&IOTA);
         let lane = vector(&LANE);
-        let digit_at = vector(&DIGIT_AT);
+        let before = vector(&BEFORE);
         let previous = vector(&PREVIOUS);
         let space = _mm512_set1_epi8(b' ' as i8);
         let colon = _mm512_set1_epi8(b':' as i8);
@@ -200,9 +215,6 @@ mod avx512 {
         let two = _mm512_set1_epi8(2);
         let three = _mm512_set1_epi8(3);
         let six = _mm512_set1_epi8(6);
-        let tens = _mm512_set1_epi16(0x010a); // bytes 10, 1
-        let hundreds = _mm512_set1_epi32(0x0001_0064); // words 100, 1
-        let ten_thousand = _mm512_set1_epi64(10_000);
         let dims = _mm512_set1_epi64(dim as i64);
         while p < n {
             let Some(bytes) = ext.get(p..p + WINDOW) else { break };
@@ -224,46 +236,34 @@ mod avx512 {
             // Per entry (byte j): `index_len` = sp - st - 2 in 1..=7, a `:` before the value digit
             // before the space.
             let len_ok = _mm512_cmple_epu8_mask(_mm512_sub_epi8(_mm512_sub_epi8(sp, st), three), six);
-            let colon_ok = _mm512_cmpeq_epi8_mask(_mm512_permutexvar_epi8(_mm512_sub_epi8(sp, two), w), colon);
+            let colon_at = _mm512_sub_epi8(sp, two);
+            let colon_ok = _mm512_cmpeq_epi8_mask(_mm512_permutexvar_epi8(colon_at, w), colon);
             let value = _mm512_sub_epi8(_mm512_permutexvar_epi8(_mm512_sub_epi8(sp, one), w), zero_char);
             let value_ok = _mm512_cmple_epu8_mask(value, nine);
             // Per 8-byte lane j: the 8 bytes before entry j's `:`, those inside the entry being its
             // index digits (right-aligned), the others zero.
-            let pos = _mm512_add_epi8(_mm512_permutexvar_epi8(lane, sp), digit_at);
+            let pos = _mm512_add_epi8(_mm512_permutexvar_epi8(lane, colon_at), before);
             let inside = _mm512_cmpge_epi8_mask(pos, _mm512_permutexvar_epi8(lane, st));
             let digits = _mm512_maskz_sub_epi8(inside, _mm512_permutexvar_epi8(pos, w), zero_char);
             let not_digit = inside & !_mm512_cmple_epu8_mask(digits, nine);
             let lane_bad = _mm512_test_epi64_mask(_mm512_movm_epi8(not_digit), _mm512_set1_epi8(-1));
-            // Lane values: pairs, quads, then the two halves.
-            let pairs = _mm512_maddubs_epi16(digits, tens);
-            let quads = _mm512_madd_epi16(pairs, hundreds);
-            let index = _mm512_add_epi64(_mm512_mul_epu32(quads, ten_thousand), _mm512_srli_epi64::<32>(quads));
+            let index = lane_values(digits);
             let index_ok = _mm512_cmplt_epu64_mask(index, dims);
             let ok = (len_ok & colon_ok & value_ok) as u8 & !lane_bad & index_ok;
-            let lanes = if count == 8 { 0xff } else { (1u8 << count) - 1 };
-            let taken = (!(ok & lanes)).trailing_zeros() as usize;
+            let taken = leading_ok(ok, count);
             if taken == 0 {
                 break;
             }
-            let indices = _mm512_cvtepi64_epi32(index);
             idx.reserve(8);
-            v.reserve(8);
-            let (il, vl) = (idx.len(), v.len());
-            let values = _mm512_castsi512_si128(value);
-            // SAFETY: both vectors have room for 8 more elements (reserved just above); the stores
-            // write 8 elements there (unaligned stores allowed), of which the first `taken` (<= 8)
-            // become part of the vectors. `T` is `f64` when `IS_F64` and `f32` otherwise (the trait is
-            // sealed), so the stored bits are valid `T`s.
+            let il = idx.len();
+            // SAFETY: `idx` has room for 8 more elements (reserved just above); the store writes 8
+            // there (unaligned stores allowed), of which the first `taken` (<= 8) become part of it.
             unsafe {
-                _mm256_storeu_si256(idx.as_mut_ptr().add(il).cast(), indices);
-                if T::IS_F64 {
-                    _mm512_storeu_pd(v.as_mut_ptr().add(vl).cast(), _mm512_cvtepi32_pd(_mm256_cvtepu8_epi32(values)));
-                } else {
-                    _mm256_storeu_ps(v.as_mut_ptr().add(vl).cast(), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(values)));
-                }
+                _mm256_storeu_si256(idx.as_mut_ptr().add(il).cast(), _mm512_cvtepi64_epi32(index));
                 idx.set_len(il + taken);
-                v.set_len(vl + taken);
             }
+            let digit_values = _mm256_cvtepu8_epi32(_mm512_castsi512_si128(value));
+            push8(v, _mm512_cvtepi32_pd(digit_values), taken);
             if taken < count as usize {
                 // Entry `taken` is of another form: the scalar code reads it. It starts after the
                 // taken-th space.
@@ -275,28 +275,8 @@ mod avx512 {
         p
     }
 
-    /// Byte `8j + i` is `i - 8` (as a wrapping byte): added to a position, the 8 bytes before it.
-    const BEFORE: [u8; 64] = {
-        let mut a = [0u8; 64];
-        let mut i = 0;
-        while i < 64 {
-            a[i] = ((i % 8) as u8).wrapping_sub(8);
-            i += 1;
-        }
-        a
-    };
-
     /// The exact powers of ten a fraction of 0–7 digits is divided by (as in `number::parse_words`).
     const POW10: [f64; 8] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7];
-
-    /// The value of each 8-byte lane of digit values (most significant first; zero bytes before).
-    #[target_feature(enable = "avx512f,avx512bw")]
-    #[inline]
-    fn lane_values(digits: __m512i) -> __m512i {
-        let pairs = _mm512_maddubs_epi16(digits, _mm512_set1_epi16(0x010a));
-        let quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x0001_0064));
-        _mm512_add_epi64(_mm512_mul_epu32(quads, _mm512_set1_epi64(10_000)), _mm512_srli_epi64::<32>(quads))
-    }
 
     /// See [`super::dense_values`].
     ///
@@ -382,24 +362,11 @@ mod avx512 {
                 sign_bit,
             ));
             let ok = (int_len_ok & frac_len_ok) as u8 & !int_bad;
-            let lanes = if count == 8 { 0xff } else { (1u8 << count) - 1 };
-            let taken = (!(ok & lanes)).trailing_zeros() as usize;
+            let taken = leading_ok(ok, count);
             if taken == 0 {
                 break;
             }
-            v.reserve(8);
-            let vl = v.len();
-            // SAFETY: the vector has room for 8 more elements (reserved just above); the store writes
-            // 8 elements there (unaligned stores allowed), of which the first `taken` (<= 8) become
-            // part of it. `T` is `f64` when `IS_F64` and `f32` otherwise (the trait is sealed).
-            unsafe {
-                if T::IS_F64 {
-                    _mm512_storeu_pd(v.as_mut_ptr().add(vl).cast(), value);
-                } else {
-                    _mm256_storeu_ps(v.as_mut_ptr().add(vl).cast(), _mm512_cvtpd_ps(value));
-                }
-                v.set_len(vl + taken);
-            }
+            push8(v, value, taken);
             if taken < count as usize {
                 // Value `taken` is of another form: the scalar code reads it from its start.
                 p += _pdep_u64(1 << taken, starts).trailing_zeros() as usize;
