@@ -313,13 +313,19 @@ pub fn index_streaming_bytes(
 /// it returns the number of rows the chunk holds (the parser counts them). The chunks are those of
 /// [`index_streaming`], read once (the carry between reads is less than one row).
 ///
+/// With `lend` (and a file that is read, not mapped) each chunk's bytes are handed over as a vector of
+/// their own instead of borrowed: the reads go into vectors `lend` gives (say, ones given back by the
+/// parsers; their length is kept, so their bytes are not cleared again), and only the carry (less than
+/// one row) is copied from one to the next.
+///
 /// Returns `Ok(None)`, having handed out nothing, when the file is not of that kind (id mode, a
 /// `definesMBSize` stream, an empty file) or `chunk_size` is 4 GiB or more (where the index's limits on
 /// offsets inside a chunk apply): [`index_streaming_bytes`] serves those.
 pub(crate) fn index_line_chunks(
     file: &InputFile,
     cfg: &IndexConfig,
-    mut on_chunk: impl FnMut(ChunkDesc, &[u8]) -> Result<u64, Error>,
+    mut lend: Option<&mut dyn FnMut() -> Vec<u8>>,
+    mut on_chunk: impl FnMut(ChunkDesc, ChunkBytes<'_>) -> Result<u64, Error>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Option<IndexMode>, Error> {
     let len = file.len();
@@ -402,9 +408,23 @@ pub(crate) fn index_line_chunks(
             num_samples: 0,
             sequences: Vec::new(),
         };
-        let bytes = match mapped {
-            Some(m) => &m[at as usize..end as usize],
-            None => &buf[(at - base) as usize..(end - base) as usize],
+        let bytes = match (mapped, lend.as_mut()) {
+            (Some(m), _) => ChunkBytes::Borrowed(&m[at as usize..end as usize]),
+            (None, None) => ChunkBytes::Borrowed(&buf[(at - base) as usize..(end - base) as usize]),
+            (None, Some(lend)) => {
+                // `at == base` here: the chunk is `buf[..len]`, the carry what follows it.
+                let len = (end - base) as usize;
+                let mut next = lend();
+                let carry = filled - len;
+                if next.len() < carry {
+                    next.resize(carry, 0);
+                }
+                next[..carry].copy_from_slice(&buf[len..filled]);
+                let mut chunk = std::mem::replace(&mut buf, next);
+                chunk.truncate(len);
+                (filled, base) = (carry, end);
+                ChunkBytes::Owned(chunk)
+            }
         };
         line += on_chunk(desc, bytes)?;
         index += 1;
@@ -412,6 +432,24 @@ pub(crate) fn index_line_chunks(
         progress(at);
     }
     Ok(Some(IndexMode::Lines))
+}
+
+/// A chunk's bytes as [`index_line_chunks`] hands them over.
+pub(crate) enum ChunkBytes<'a> {
+    /// In the map or the indexer's buffer.
+    Borrowed(&'a [u8]),
+    /// In a vector of their own (exactly the chunk's bytes).
+    Owned(Vec<u8>),
+}
+
+impl ChunkBytes<'_> {
+    /// The bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            ChunkBytes::Borrowed(b) => b,
+            ChunkBytes::Owned(v) => v,
+        }
+    }
 }
 
 /// Reads the file's bytes until `buf[..filled]` holds at least `want` bytes from offset `base` on.
@@ -469,4 +507,78 @@ pub fn build_index(
         progress,
     )?;
     Ok(CtfIndex { mode, chunks, file_len: file.len() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::Access;
+
+    /// Every chunk `index_line_chunks` hands over: its description and bytes, and the rows it holds.
+    fn chunks(
+        file: &InputFile,
+        cfg: &IndexConfig,
+        lend: Option<&mut dyn FnMut() -> Vec<u8>>,
+    ) -> Vec<(ChunkDesc, Vec<u8>)> {
+        let mut got = Vec::new();
+        let mode = index_line_chunks(
+            file,
+            cfg,
+            lend,
+            |d, b| {
+                let owned = matches!(b, ChunkBytes::Owned(_));
+                assert_eq!(owned, LENDING.with(|l| l.get()));
+                let rows = b.bytes().iter().filter(|&&c| c == b'\n').count() as u64;
+                got.push((d, b.bytes().to_vec()));
+                Ok(rows.max(1))
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(mode, Some(IndexMode::Lines));
+        got
+    }
+
+    thread_local! {
+        static LENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Chunks read into lent vectors (recycled ones of any length, holding stale bytes) are the chunks
+    /// borrowed from the indexer's buffer or the map: same cuts, same bytes, rows longer than a chunk
+    /// included.
+    #[test]
+    fn lent_vectors_hold_the_same_chunks_as_borrowed_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rows.ctf");
+        let mut text = Vec::new();
+        let mut k = 7u32;
+        for r in 0..3000u32 {
+            k = k.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            // Mostly short rows, some longer than the chunk size.
+            let n = if r % 500 == 3 { 900 } else { (k >> 16) as usize % 40 };
+            text.extend_from_slice(b"|a");
+            for j in 0..n {
+                text.extend_from_slice(format!(" {}", (j as u32 ^ k) % 1000).as_bytes());
+            }
+            text.push(b'\n');
+        }
+        std::fs::write(&path, &text).unwrap();
+        for chunk_size in [64u64, 700, 4096, 1 << 20] {
+            let cfg = IndexConfig { skip_sequence_ids: false, main_alias: None, chunk_size };
+            let read = InputFile::open(&path, Access::Read).unwrap();
+            let mapped = InputFile::open(&path, Access::Mmap).unwrap();
+            LENDING.with(|l| l.set(false));
+            let want = chunks(&read, &cfg, None);
+            assert_eq!(want.iter().map(|(_, b)| b.len()).sum::<usize>(), text.len());
+            assert_eq!(chunks(&mapped, &cfg, None), want);
+            // Recycled vectors: stale bytes, lengths from empty to larger than any chunk.
+            let mut pool: Vec<Vec<u8>> = (0..50).map(|i| vec![b'\n' ^ (i as u8); (i * 97) % 3000]).collect();
+            let mut lend = || pool.pop().unwrap_or_default();
+            LENDING.with(|l| l.set(true));
+            assert_eq!(chunks(&read, &cfg, Some(&mut lend)), want, "chunk size {chunk_size}");
+            // A mapped file's chunks stay borrowed from the map.
+            LENDING.with(|l| l.set(false));
+            assert_eq!(chunks(&mapped, &cfg, Some(&mut || Vec::new())), want);
+        }
+    }
 }

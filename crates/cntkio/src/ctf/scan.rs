@@ -2,7 +2,7 @@
 //! on worker threads, results delivered in file order with CNTK's `maxErrors` budget applied.
 //! Memory is bounded by the chunks in flight (`2 × threads`), not by the file size.
 
-use super::index::{index_line_chunks, index_streaming_bytes};
+use super::index::{index_line_chunks, index_streaming_bytes, ChunkBytes};
 use super::parse::{parse_bytes, parse_chunk, parse_chunk_bytes, parse_file_chunk, ParsePolicy, ParsedChunk};
 use super::{apply_budget, index_config, locate_index_error};
 use crate::input::InputFile;
@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 /// What receives each chunk of the index, with its bytes when the indexer has them.
-type OnChunk<'a> = dyn FnMut(ChunkDesc, Option<&[u8]>) -> Result<(), Error> + 'a;
+type OnChunk<'a> = dyn FnMut(ChunkDesc, Option<ChunkBytes<'_>>) -> Result<(), Error> + 'a;
 
 /// Options of a pass.
 #[derive(Debug, Clone, Copy)]
@@ -134,7 +134,7 @@ pub fn scan_file_owned(
                 }
                 Ok(idx.mode)
             }
-            None => index_streaming_bytes(file, &cfg, 1, true, f, progress),
+            None => index_streaming_bytes(file, &cfg, 1, true, |c, b| f(c, b.map(ChunkBytes::Borrowed)), progress),
         }
     };
     // Line mode without a definesMBSize stream and without a cached index: chunks are only cut and the
@@ -142,11 +142,16 @@ pub fn scan_file_owned(
     // sequences and the first line of the file's first row; the pass gives it its true first line,
     // parsing it again when it has errors or warnings (see `with_first_line`). So not for validation,
     // where every chunk of a broken file may have errors.
-    let for_each_row_chunk = |f: &mut OnChunk<'_>, progress: &mut dyn FnMut(u64)| -> Result<IndexMode, Error> {
+    // `lend` gives vectors to read chunks into when the file is read (see `index_line_chunks`).
+    let for_each_row_chunk = |f: &mut OnChunk<'_>,
+                              lend: &mut dyn FnMut() -> Vec<u8>,
+                              progress: &mut dyn FnMut(u64)|
+     -> Result<IndexMode, Error> {
         if cached.is_none() && scan.enforce_max_errors {
             if let Some(mode) = index_line_chunks(
                 file,
                 &cfg,
+                Some(lend),
                 |c, b| {
                     f(c, Some(b))?;
                     Ok(0)
@@ -169,9 +174,10 @@ pub fn scan_file_owned(
             None => index_line_chunks(
                 file,
                 &cfg,
+                None,
                 |desc, bytes| {
                     let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
-                    let p = parse_bytes(bytes, &path, &parser, desc, policy, data, true);
+                    let p = parse_bytes(bytes.bytes(), &path, &parser, desc, policy, data, true);
                     let rows = p.desc.sequences.len() as u64;
                     spare = deliver(p, &mut summary)?;
                     Ok(rows)
@@ -186,7 +192,7 @@ pub fn scan_file_owned(
                 &mut |desc, bytes| {
                     let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
                     let p = match bytes {
-                        Some(b) => parse_chunk_bytes(b, &path, &parser, desc, policy, data),
+                        Some(b) => parse_chunk_bytes(b.bytes(), &path, &parser, desc, policy, data),
                         None => parse_chunk(file, &parser, desc, policy, &mut buf, data)?,
                     };
                     spare = deliver(p, &mut summary)?;
@@ -197,9 +203,10 @@ pub fn scan_file_owned(
         }
     } else {
         let in_flight_max = 2 * threads;
-        // A job: a chunk, with a copy of its bytes when the indexer read them (a copy of bytes it just
-        // scanned, still in cache, costs less than the parser reading them from the page cache again);
-        // parsers of a mapped file borrow the map instead.
+        // A job: a chunk, with its bytes when the indexer read them (in a vector of their own, or a copy
+        // of bytes it just scanned, still in cache, which costs less than the parser reading them from
+        // the page cache again); parsers of a mapped file borrow the map instead. Parsers give the
+        // vectors back for the indexer to read into again.
         let (job_tx, job_rx) = crossbeam_channel::bounded::<(ChunkDesc, Option<Vec<u8>>)>(in_flight_max);
         // Results carry whether the parser found the rows (see `for_each_row_chunk`).
         let (res_tx, res_rx) = crossbeam_channel::unbounded::<(u32, bool, Result<ParsedChunk, Error>)>();
@@ -270,7 +277,8 @@ pub fn scan_file_owned(
                         drain(&mut pending, &mut next, &mut in_flight, &mut summary)?;
                     }
                     let copy = match bytes {
-                        Some(b) if !file.is_mapped() => {
+                        Some(ChunkBytes::Owned(v)) => Some(v),
+                        Some(ChunkBytes::Borrowed(b)) if !file.is_mapped() => {
                             let mut v = buf_rx.try_recv().unwrap_or_default();
                             v.clear();
                             v.extend_from_slice(b);
@@ -285,6 +293,7 @@ pub fn scan_file_owned(
                     }
                     drain(&mut pending, &mut next, &mut in_flight, &mut summary)
                 },
+                &mut || buf_rx.try_recv().unwrap_or_default(),
                 progress,
             );
             drop(job_tx);
