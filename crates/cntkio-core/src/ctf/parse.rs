@@ -419,13 +419,7 @@ impl CtfParser {
             return Ok(Sample::Skip(p + 1)); // a comment: skipped to the next `|` or `\n`
         }
         let ns = p;
-        while p < n {
-            let c = s[p];
-            if c == b' ' || c == b'|' || is_non_printable(c) {
-                break;
-            }
-            p += 1;
-        }
+        p = name_end(ext, n, p);
         let name = &s[ns..p];
         if name.len() > self.max_alias_len {
             if sink.wants_warnings() {
@@ -1001,6 +995,39 @@ pub fn sequence_samples(d: &StreamData, seq: usize) -> Vec<Vec<(usize, f64)>> {
         .collect()
 }
 
+/// Where the name starting at `p` ends: the first space, `|` or non-printable byte at or after `p`, or
+/// `n` (the sequence's end) if there is none before it. Eight bytes at a time while `ext` (the bytes
+/// from the sequence's start on, possibly past `n`) has them.
+#[inline]
+fn name_end(ext: &[u8], n: usize, mut p: usize) -> usize {
+    const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    while p < n {
+        let Some(w) = ext.get(p..p + 8) else { break };
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        // Per byte, with no carry between bytes (each sum stays below 0x100): the high bit of
+        // `(b & 0x7f) + 0x5f` is set iff `b & 0x7f >= 0x21`, and that of `(x & 0x7f) + 0x7f` iff the
+        // low seven bits of `x` are not all zero.
+        let below = !((w & LOW) + 0x5f * ONES) & !w & HIGH; // b <= 0x20
+        let x = w ^ (u64::from(b'|') * ONES);
+        let bar = !(((x & LOW) + LOW) | x) & HIGH; // b == b'|'
+        let stop = (w & HIGH) | below | bar; // b >= 0x80, or either of the above
+        if stop != 0 {
+            return (p + (stop.trailing_zeros() / 8) as usize).min(n);
+        }
+        p += 8;
+    }
+    while p < n {
+        let c = ext[p];
+        if c == b' ' || c == b'|' || is_non_printable(c) {
+            break;
+        }
+        p += 1;
+    }
+    p.min(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1102,6 +1129,41 @@ mod tests {
     /// with every form that stops the fast paths mixed in, at every offset of a window), parsed with
     /// and without the vector paths, as rows and as indexed sequences, in f32 and f64: the same data,
     /// errors and outcome. (Where the processor lacks AVX-512 both runs take the scalar paths.)
+    /// The word-at-a-time name scan stops where the byte loop does, for every byte value, start and
+    /// sequence end, near and far from the end of the bytes.
+    #[test]
+    fn name_end_finds_the_byte_loops_end() {
+        let byte_loop = |ext: &[u8], n: usize, mut p: usize| {
+            while p < n && !(ext[p] == b' ' || ext[p] == b'|' || is_non_printable(ext[p])) {
+                p += 1;
+            }
+            p
+        };
+        // Every byte value at every position of a word.
+        for b in 0..=255u8 {
+            for at in 0..12 {
+                let mut ext = vec![b'a'; 20];
+                ext[at] = b;
+                for n in [ext.len(), 9, 3] {
+                    for p in 0..n.min(5) {
+                        assert_eq!(name_end(&ext, n, p), byte_loop(&ext, n, p), "byte {b:#x} at {at}, n {n}, p {p}");
+                    }
+                }
+            }
+        }
+        let mut r = Rng(0x5DEE_CE66_D1CE_4E5B);
+        for _ in 0..20_000 {
+            let len = r.below(40) as usize + 1;
+            // Mostly name bytes, some stops.
+            let ext: Vec<u8> = (0..len)
+                .map(|_| if r.below(10) == 0 { r.below(256) as u8 } else { b'a' + r.below(26) as u8 })
+                .collect();
+            let n = r.below(len as u64 + 1) as usize;
+            let p = r.below(n as u64 + 1) as usize;
+            assert_eq!(name_end(&ext, n, p), byte_loop(&ext, n, p), "{ext:?} n {n} p {p}");
+        }
+    }
+
     #[test]
     fn vector_paths_read_as_the_scalar_paths() {
         let mut r = Rng(0x2545_F491_4F6C_DD1D);
