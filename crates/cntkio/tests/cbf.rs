@@ -548,10 +548,25 @@ fn value(finite: bool) -> impl Strategy<Value = u64> {
 /// Random chunk data: 1–3 streams, 0–7 sequences, 1–4 samples per stream (long sequences sometimes),
 /// sparse samples with 0–4 unsorted entries (empty samples and duplicate indices included).
 fn chunk_data(finite: bool) -> impl Strategy<Value = (Schema, ChunkData)> {
+    random_data(finite, 1..5, 0..8)
+}
+
+/// [`chunk_data`] where a stream of a sequence is sometimes empty (no sample), which the writer refuses
+/// or drops.
+fn chunk_data_with_empty_streams() -> impl Strategy<Value = (Schema, ChunkData)> {
+    random_data(false, 0..4, 0..12)
+}
+
+/// Random chunk data with `samples` samples per stream and sequence and `sequences` sequences.
+fn random_data(
+    finite: bool,
+    samples: std::ops::Range<usize>,
+    sequences: std::ops::Range<usize>,
+) -> impl Strategy<Value = (Schema, ChunkData)> {
     prop::collection::vec(shape(), 1..4).prop_flat_map(move |shapes| {
         let n = shapes.len();
-        let seq = prop::collection::vec((1usize..5, prop::bool::weighted(0.1)), n);
-        let seqs = prop::collection::vec(seq, 0..8);
+        let seq = prop::collection::vec((samples.clone(), prop::bool::weighted(0.1)), n);
+        let seqs = prop::collection::vec(seq, sequences.clone());
         let pool = prop::collection::vec((value(finite), any::<u32>(), 0usize..5), 600);
         (Just(shapes), seqs, pool).prop_map(move |(shapes, seqs, pool)| build(&shapes, &seqs, &pool, finite))
     })
@@ -699,6 +714,42 @@ proptest! {
         prop_assert_eq!(sa, sb);
         prop_assert_eq!(sa, sc);
         prop_assert_eq!(sa.bytes, fa.len() as u64);
+    }
+
+    /// Whole data and one sequence at a time make the same file and summary when some
+    /// sequences have an empty stream: dropped, or refused at the same sequence with the same sequences
+    /// kept before it.
+    #[test]
+    fn whole_data_and_single_sequences_agree_on_empty_streams(
+        (schema, data) in chunk_data_with_empty_streams(), chunk_size in 1u64..400, ctf2bin: bool, drop_them: bool,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = CbfWriterOptions::new(chunk_size);
+        if ctf2bin { o.chunking = Chunking::Ctf2binCompatible; }
+        if drop_them { o.empty_streams = EmptyStreams::Drop; }
+        let n = data.num_sequences();
+        let a = dir.path().join("a.bin");
+        let mut w = CbfWriter::with_options(&a, &schema, o).unwrap();
+        let ra = w.write(&data).map_err(|e| e.to_string());
+        let wa = w.sequences_written();
+        let sa = w.finish().map_err(|e| e.to_string());
+        let b = dir.path().join("b.bin");
+        let mut w = CbfWriter::with_options(&b, &schema, o).unwrap();
+        let mut rb = Ok(());
+        for s in 0..n {
+            rb = w.write_sequence(&data, s).map_err(|e| e.to_string());
+            if rb.is_err() {
+                break;
+            }
+        }
+        let wb = w.sequences_written();
+        let sb = w.finish().map_err(|e| e.to_string());
+        prop_assert_eq!(&ra, &rb);
+        prop_assert_eq!(wa, wb);
+        prop_assert_eq!(&sa, &sb);
+        if sa.is_ok() {
+            prop_assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+        }
     }
 
     /// The writer's record encoder for checked data gives the bytes of the checking one (which checks, then
