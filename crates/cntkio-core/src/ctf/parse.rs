@@ -344,9 +344,9 @@ impl CtfParser {
         st: &mut SeqState,
         sink: &mut dyn ErrorSink,
     ) -> Result<(), Error> {
-        let empty: Vec<String> =
-            self.streams.iter().zip(&st.counts).filter(|(_, &c)| c == 0).map(|(s, _)| s.name.clone()).collect();
-        if !empty.is_empty() {
+        if st.counts.contains(&0) {
+            let empty: Vec<String> =
+                self.streams.iter().zip(&st.counts).filter(|(_, &c)| c == 0).map(|(s, _)| s.name.clone()).collect();
             sink.fatal(
                 Error::at(ErrorKind::EmptyStream { sequence: seq.key, streams: empty }, base).with_sequence(seq.key),
             )?;
