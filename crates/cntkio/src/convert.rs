@@ -115,15 +115,22 @@ pub fn ctf_to_cbf(
         let (tx, rx) = crossbeam_channel::bounded::<ChunkData>(2);
         let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<ChunkData>();
         let (scanned, written) = std::thread::scope(|sc| {
-            let writer = sc.spawn(move || -> Result<CbfWriter, Error> {
-                for d in rx {
-                    w.write_owned(d)?;
-                    if let Some(spare) = w.take_spare() {
-                        let _ = spare_tx.send(spare);
+            let writer = std::thread::Builder::new().name("cntkio-cbf-encode".into()).spawn_scoped(
+                sc,
+                move || -> Result<CbfWriter, Error> {
+                    for d in rx {
+                        w.write_owned(d)?;
+                        if let Some(spare) = w.take_spare() {
+                            let _ = spare_tx.send(spare);
+                        }
                     }
-                }
-                Ok(w)
-            });
+                    Ok(w)
+                },
+            );
+            let writer = match writer {
+                Ok(h) => h,
+                Err(e) => return (Ok(Default::default()), Err(Error::io("start the CBF writer thread", e))),
+            };
             let scanned = scan(&mut |d| {
                 tx.send(d).map_err(|_| Error::config("the CBF writer stopped"))?;
                 Ok(spare_rx.try_recv().ok())
