@@ -214,13 +214,15 @@ pub fn scan_file_owned(
         let (buf_tx, buf_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
         let path = file.path().display().to_string();
         std::thread::scope(|s| {
+            // Named threads (`top`, `perf`); if some cannot be started, the others do the work.
+            let (mut started, mut failed) = (0usize, None);
             for _ in 0..threads {
                 let job_rx = job_rx.clone();
                 let res_tx = res_tx.clone();
                 let spare_rx = spare_rx.clone();
                 let buf_tx = buf_tx.clone();
                 let (parser, path) = (&parser, &path);
-                s.spawn(move || {
+                let worker = move || {
                     let mut buf = Vec::new();
                     for (desc, bytes) in job_rx {
                         let idx = desc.index;
@@ -239,6 +241,19 @@ pub fn scan_file_owned(
                             break;
                         }
                     }
+                };
+                match std::thread::Builder::new().name("cntkio-parse".into()).spawn_scoped(s, worker) {
+                    Ok(_) => started += 1,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            if started == 0 {
+                return Err(match failed {
+                    Some(e) => Error::io("start a parser thread", e),
+                    None => Error::config("no parser thread"),
                 });
             }
             drop(buf_tx);
