@@ -514,20 +514,21 @@ mod tests {
     use super::*;
     use crate::input::Access;
 
-    /// Every chunk `index_line_chunks` hands over: its description and bytes, and the rows it holds.
+    /// Every chunk `index_line_chunks` hands over: its description and bytes. They must be in vectors
+    /// of their own exactly when vectors are lent for a file that is read.
     fn chunks(
         file: &InputFile,
         cfg: &IndexConfig,
         lend: Option<&mut dyn FnMut() -> Vec<u8>>,
     ) -> Vec<(ChunkDesc, Vec<u8>)> {
+        let lent = lend.is_some() && !file.is_mapped();
         let mut got = Vec::new();
         let mode = index_line_chunks(
             file,
             cfg,
             lend,
             |d, b| {
-                let owned = matches!(b, ChunkBytes::Owned(_));
-                assert_eq!(owned, LENDING.with(|l| l.get()));
+                assert_eq!(matches!(b, ChunkBytes::Owned(_)), lent);
                 let rows = b.bytes().iter().filter(|&&c| c == b'\n').count() as u64;
                 got.push((d, b.bytes().to_vec()));
                 Ok(rows.max(1))
@@ -537,10 +538,6 @@ mod tests {
         .unwrap();
         assert_eq!(mode, Some(IndexMode::Lines));
         got
-    }
-
-    thread_local! {
-        static LENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 
     /// Chunks read into lent vectors (recycled ones of any length, holding stale bytes) are the chunks
@@ -567,17 +564,14 @@ mod tests {
             let cfg = IndexConfig { skip_sequence_ids: false, main_alias: None, chunk_size };
             let read = InputFile::open(&path, Access::Read).unwrap();
             let mapped = InputFile::open(&path, Access::Mmap).unwrap();
-            LENDING.with(|l| l.set(false));
             let want = chunks(&read, &cfg, None);
             assert_eq!(want.iter().map(|(_, b)| b.len()).sum::<usize>(), text.len());
             assert_eq!(chunks(&mapped, &cfg, None), want);
             // Recycled vectors: stale bytes, lengths from empty to larger than any chunk.
             let mut pool: Vec<Vec<u8>> = (0..50).map(|i| vec![b'\n' ^ (i as u8); (i * 97) % 3000]).collect();
             let mut lend = || pool.pop().unwrap_or_default();
-            LENDING.with(|l| l.set(true));
             assert_eq!(chunks(&read, &cfg, Some(&mut lend)), want, "chunk size {chunk_size}");
             // A mapped file's chunks stay borrowed from the map.
-            LENDING.with(|l| l.set(false));
             assert_eq!(chunks(&mapped, &cfg, Some(&mut || Vec::new())), want);
         }
     }
