@@ -110,6 +110,10 @@ pub struct ConvertArgs {
     /// Write each sequence's meta count as its longest stream (ctf2bin.py) instead of its declared length.
     #[arg(long)]
     pub max_over_streams: bool,
+    /// Read a CTF input with positional reads. By default it is memory-mapped, which is faster; if the
+    /// file is truncated while it is mapped, the conversion stops with an error and writes no output.
+    #[arg(long, conflicts_with = "mmap")]
+    pub no_mmap: bool,
 }
 
 /// How to read CTF: the schema and CNTK's deserializer options.

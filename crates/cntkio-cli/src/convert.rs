@@ -6,7 +6,7 @@ use crate::EXIT_OK;
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams, MetaCounts};
 use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CtfToCbf, Format};
 use cntkio::ctf::ScanOptions;
-use cntkio::{ElementType, Error, Schema, StorageFormat, StreamSpec};
+use cntkio::{Access, ElementType, Error, Schema, StorageFormat, StreamSpec};
 use std::path::Path;
 use std::time::Instant;
 
@@ -26,6 +26,9 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
                 None => Vec::new(),
             };
             let opts = CbfOptions::default().mmap(a.read.mmap);
+            if a.read.mmap {
+                crate::sigbus::arm(&a.input, &a.output, "leave out --mmap");
+            }
             let s = cbf_to_ctf(&a.input, &a.output, &opts, &aliases, &mut |b| progress.set(b))?;
             ("CBF → CTF", s)
         }
@@ -51,7 +54,7 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
             if a.read.skip_bad_sequences {
                 writer.empty_streams = EmptyStreams::Drop;
             }
-            let how = CtfToCbf {
+            let mut how = CtfToCbf {
                 ctf: input.options.clone(),
                 writer,
                 scan: ScanOptions {
@@ -59,8 +62,21 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
                     skip_bad_sequences: a.read.skip_bad_sequences,
                     ..ScanOptions::default()
                 },
-                access: a.read.access(),
+                access: if a.no_mmap {
+                    Access::Read
+                } else if a.read.mmap {
+                    Access::Mmap
+                } else {
+                    Access::Auto
+                },
+                on_temporary_file: None,
             };
+            if how.access != Access::Read {
+                // A mapped input truncated meanwhile raises SIGBUS: the binary's handler then removes
+                // the temporary output and says why (see `sigbus`).
+                crate::sigbus::arm(&a.input, &a.output, "pass --no-mmap");
+                how.on_temporary_file = Some(crate::sigbus::note_temporary_file);
+            }
             let s = ctf_to_cbf(&a.input, &a.output, &input.schema, &how, &mut |b| progress.set(b))?;
             ("CTF → CBF", s)
         }

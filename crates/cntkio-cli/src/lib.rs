@@ -14,6 +14,7 @@ mod convert;
 mod dump;
 mod inspect;
 mod render;
+mod sigbus;
 mod validate;
 
 use clap::Parser;
@@ -21,6 +22,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub use inspect::inspect_json;
+pub use sigbus::explain_sigbus;
 
 /// Exit code for valid input.
 pub const EXIT_OK: u8 = 0;

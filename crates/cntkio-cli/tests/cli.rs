@@ -1803,8 +1803,10 @@ fn convert_round_trips_are_byte_identical() {
         run(args!["convert", &src, &c1, &schema[..], "--chunk-size", chunk]).code(0).err_has("CTF → CBF: ");
         // Back to CTF with the aliases of the schema, and again to CBF: the same bytes.
         run(args!["convert", &c1, &t1, &schema[..]]).code(0).err_has("CBF → CTF: ");
-        // (with one parser thread, whose writer has a thread of its own, and with two)
-        run(args!["-q", "convert", &t1, &c2, &schema[..], "--chunk-size", chunk, "--threads", "1"]).code(0);
+        // (with one parser thread, whose writer has a thread of its own, and with two; read, and mapped
+        // as by default)
+        run(args!["-q", "convert", &t1, &c2, &schema[..], "--chunk-size", chunk, "--threads", "1", "--no-mmap"])
+            .code(0);
         assert!(read(&c1) == read(&c2), "{}: CTF → CBF → CTF → CBF changed the bytes", src.display());
         // Without aliases the CTF uses the stream names; with names as aliases it reads back the same.
         run(args!["-q", "convert", &c2, &t2]).code(0);
@@ -1833,6 +1835,43 @@ fn convert_round_trips_are_byte_identical() {
         assert!(run(args!["dump", &t1, &schema[..]]).code(0).stdout() == stdout);
         assert!(run(args!["dump", &t2, &by_name[..]]).code(0).stdout() == stdout);
     }
+}
+
+/// A CTF input is memory-mapped by default; truncated while it is converted, it raises SIGBUS, which the
+/// binary turns into an error that says so, with the temporary output removed and no output written.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn convert_explains_a_mapped_input_truncated_meanwhile() {
+    use std::io::Write;
+    let d = tmp();
+    let src = d.path().join("big.ctf");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&src).unwrap());
+    let row: String = (0..40).map(|k| format!("{}:1 ", k * 97 % 1000)).collect();
+    for i in 0..300_000 {
+        writeln!(f, "|x {row}|y {}:1", i % 10).unwrap();
+    }
+    drop(f);
+    let out = d.path().join("big.cbf");
+    let child = cmd(args!["-q", "convert", &src, &out, "-s", "x:1000:sparse", "-s", "y:10:sparse", "-j", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run cntkio");
+    // Once the input is mapped (long before a conversion of these 72 MB ends), it loses its bytes.
+    let maps = format!("/proc/{}/maps", child.id());
+    let shown = src.display().to_string();
+    let t = std::time::Instant::now();
+    while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains(&shown)) {
+        assert!(t.elapsed().as_secs() < 60, "the input was never mapped");
+    }
+    std::fs::OpenOptions::new().write(true).open(&src).unwrap().set_len(0).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.starts_with(&format!("error[E2001]: cannot read {shown}: it became shorter")), "{stderr}");
+    assert!(stderr.contains("its partial temporary file was removed"), "{stderr}");
+    assert!(stderr.contains("--no-mmap"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("big.ctf")], "only the input remains");
 }
 
 /// A dump with its keys replaced by 0, 1, 2, …

@@ -79,6 +79,7 @@ pub fn convert<'py>(
                 writer,
                 scan: ScanOptions { threads: nthreads, skip_bad_sequences, ..ScanOptions::default() },
                 access,
+                on_temporary_file: None,
             };
             py.detach(|| ctf_to_cbf(&input, &output, &schema, &how, &mut |_| {}))
         }

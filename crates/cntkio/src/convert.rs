@@ -69,6 +69,10 @@ pub struct CtfToCbf {
     pub scan: ScanOptions,
     /// File access.
     pub access: Access,
+    /// Called with the path of the temporary output file once it exists, before anything is read: for
+    /// a caller that must be able to remove it when the process dies (say from a signal handler). The
+    /// file is renamed over the output at the end, or removed when the conversion fails.
+    pub on_temporary_file: Option<fn(&Path)>,
 }
 
 /// Converts a CTF file to CBF. The values written are exactly those the CTF reader delivers; CBF streams
@@ -84,6 +88,9 @@ pub fn ctf_to_cbf(
     refuse_same_file(input, output)?;
     let file = InputFile::open(input, how.access)?;
     let mut w = CbfWriter::with_options(output, schema, how.writer)?;
+    if let (Some(f), Some(tmp)) = (how.on_temporary_file, w.temporary_path()) {
+        f(tmp);
+    }
     let read_opts = CtfOptions { chunk_size: how.ctf.chunk_size.min(CONVERT_READ_CHUNK), ..how.ctf.clone() };
     let mut summary = ConvertSummary::default();
     let mut scan = |hand: &mut dyn FnMut(ChunkData) -> Result<Option<ChunkData>, Error>| {

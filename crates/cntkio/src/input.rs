@@ -13,6 +13,10 @@ pub enum Access {
     Read,
     /// A read-only memory map: no copies. The file must not be modified or truncated while it is open.
     Mmap,
+    /// A memory map as [`Access::Mmap`] (with the same promise) for a regular, non-empty file that the
+    /// system agrees to map; positional reads otherwise (a special file, or a file system that refuses
+    /// to map it).
+    Auto,
 }
 
 /// An open input file.
@@ -42,7 +46,14 @@ impl InputFile {
             Access::Mmap if len > 0 && meta.is_file() => {
                 Some(crate::mmap::map_readonly(&file).map_err(|e| Error::io(format!("cannot map {shown}"), e))?)
             }
-            _ => None,
+            Access::Auto if len > 0 && meta.is_file() => match crate::mmap::map_readonly(&file) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    log::debug!("cannot map {shown} ({e}); reading it instead");
+                    None
+                }
+            },
+            Access::Read | Access::Mmap | Access::Auto => None,
         };
         Ok(InputFile { path: path.to_path_buf(), file, len, modified: meta.modified().ok(), map })
     }
@@ -186,4 +197,37 @@ fn read_exact_at(f: &File, mut buf: &mut [u8], mut off: u64) -> std::io::Result<
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_maps_regular_files_and_reads_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.ctf");
+        std::fs::write(&p, b"|x 1 2\n|x 3 4\n").unwrap();
+        let auto = InputFile::open(&p, Access::Auto).unwrap();
+        assert!(auto.is_mapped(), "a regular file is mapped");
+        let read = InputFile::open(&p, Access::Read).unwrap();
+        assert!(!read.is_mapped());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        auto.read_into(1, 10, &mut a).unwrap();
+        read.read_into(1, 10, &mut b).unwrap();
+        assert_eq!(a, b"x 1 2\n|x 3");
+        assert_eq!(a, b);
+
+        // An empty file has nothing to map; reading it is the same either way.
+        let e = dir.path().join("empty.ctf");
+        std::fs::write(&e, b"").unwrap();
+        let f = InputFile::open(&e, Access::Auto).unwrap();
+        assert!(!f.is_mapped() && f.is_empty());
+        #[cfg(unix)]
+        {
+            // Not a regular file: read, never mapped.
+            let f = InputFile::open(Path::new("/dev/null"), Access::Auto).unwrap();
+            assert!(!f.is_mapped());
+        }
+    }
 }
