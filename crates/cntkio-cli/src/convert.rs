@@ -2,6 +2,7 @@
 
 use crate::args::ConvertArgs;
 use crate::output::Progress;
+use crate::signals;
 use crate::EXIT_OK;
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams, MetaCounts};
 use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CtfToCbf, Format};
@@ -27,9 +28,12 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
             };
             let opts = CbfOptions::default().mmap(a.read.mmap);
             if a.read.mmap {
-                crate::sigbus::arm(&a.input, &a.output, "leave out --mmap");
+                signals::input_is_mapped(&a.input, "leave out --mmap");
             }
-            let s = cbf_to_ctf(&a.input, &a.output, &opts, &aliases, &mut |b| progress.set(b))?;
+            let s = converting(&a.output, || {
+                let note = Some(signals::note_temporary_file as fn(&Path));
+                cbf_to_ctf(&a.input, &a.output, &opts, &aliases, note, &mut |b| progress.set(b))
+            })?;
             ("CBF → CTF", s)
         }
         Format::Ctf => {
@@ -54,7 +58,7 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
             if a.read.skip_bad_sequences {
                 writer.empty_streams = EmptyStreams::Drop;
             }
-            let mut how = CtfToCbf {
+            let how = CtfToCbf {
                 ctf: input.options.clone(),
                 writer,
                 scan: ScanOptions {
@@ -69,15 +73,15 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
                 } else {
                     Access::Auto
                 },
-                on_temporary_file: None,
+                on_temporary_file: Some(signals::note_temporary_file),
             };
             if how.access != Access::Read {
-                // A mapped input truncated meanwhile raises SIGBUS: the binary's handler then removes
-                // the temporary output and says why (see `sigbus`).
-                crate::sigbus::arm(&a.input, &a.output, "pass --no-mmap");
-                how.on_temporary_file = Some(crate::sigbus::note_temporary_file);
+                // A mapped input truncated meanwhile raises SIGBUS, which the binary's handler explains.
+                signals::input_is_mapped(&a.input, "pass --no-mmap");
             }
-            let s = ctf_to_cbf(&a.input, &a.output, &input.schema, &how, &mut |b| progress.set(b))?;
+            let s = converting(&a.output, || {
+                ctf_to_cbf(&a.input, &a.output, &input.schema, &how, &mut |b| progress.set(b))
+            })?;
             ("CTF → CBF", s)
         }
     };
@@ -103,6 +107,15 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
         );
     }
     Ok(EXIT_OK)
+}
+
+/// Runs a conversion into `output`, during which the binary's signal handlers remove its temporary file
+/// and say what happened (see `signals`).
+fn converting<T>(output: &Path, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    signals::begin_conversion(output);
+    let r = f();
+    signals::end_conversion();
+    r
 }
 
 /// Reads a `ctf2bin.py` header file: one line per stream, `name alias dense|sparse dim`.

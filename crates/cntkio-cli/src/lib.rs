@@ -14,7 +14,7 @@ mod convert;
 mod dump;
 mod inspect;
 mod render;
-mod sigbus;
+mod signals;
 mod validate;
 
 use clap::Parser;
@@ -22,7 +22,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub use inspect::inspect_json;
-pub use sigbus::explain_sigbus;
+pub use signals::{explain_interrupt, explain_sigbus, Explain};
 
 /// Exit code for valid input.
 pub const EXIT_OK: u8 = 0;

@@ -2,51 +2,83 @@
 
 fn main() -> std::process::ExitCode {
     keep_freed_memory();
-    explain_sigbus();
+    handle_signals();
     cntkio_cli::run(std::env::args_os())
 }
 
-/// A memory-mapped input truncated while it is read raises `SIGBUS`; this handler removes the
-/// conversion's temporary output and says what happened (see `cntkio_cli::explain_sigbus`), then exits
-/// as for an I/O error, instead of the shell's bare "Bus error".
-fn explain_sigbus() {
+/// Signals that end a conversion: `SIGBUS` (a memory-mapped input truncated while it is read), `SIGINT`
+/// and `SIGTERM`. Their handlers remove the conversion's temporary output and say what happened (see
+/// `cntkio_cli::explain_sigbus` and `explain_interrupt`), instead of the shell's bare "Bus error" or
+/// nothing, with a hidden partial file left behind.
+fn handle_signals() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(unsafe_code)]
-    // SAFETY: `sa` is fully initialised (zeroed, then the fields set); the handler installed only makes
-    // async-signal-safe calls (see `on_sigbus`). Called before any other thread exists.
+    // SAFETY: each `sa` is fully initialised (zeroed, then the fields set); the handlers installed only
+    // make async-signal-safe calls (see them). Called before any other thread exists.
     unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigbus as *const () as libc::sighandler_t;
-        sa.sa_flags = libc::SA_SIGINFO;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+        let handlers: [(libc::c_int, usize); 3] = [
+            (libc::SIGBUS, on_sigbus as *const () as usize),
+            (libc::SIGINT, on_interrupt as *const () as usize),
+            (libc::SIGTERM, on_interrupt as *const () as usize),
+        ];
+        for (sig, handler) in handlers {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as libc::sighandler_t;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
     }
 }
 
-/// The `SIGBUS` handler. A fault (a positive `si_code`, set by the kernel) during an armed conversion
-/// is explained and ends the process with the I/O error code; anything else gets the default action,
-/// as without a handler.
+/// Writes to stderr and removes a file, as the handlers' `explain_*` calls need (async-signal-safe).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
-extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid `siginfo_t` to a handler installed with `SA_SIGINFO`.
-    let fault = !info.is_null() && unsafe { (*info).si_code } > 0;
-    // SAFETY (both closures): `write` and `unlink` are async-signal-safe; the slices and the C string
-    // are valid for the calls (`explain_sigbus` hands out memory that is never freed).
+fn explain(f: cntkio_cli::Explain) -> bool {
+    // SAFETY (both closures): `write` and `unlink` are async-signal-safe; the slices and the C string are
+    // valid for the calls (`explain_*` hand out memory that is never freed). A file already gone counts
+    // as removed.
     let mut write = |b: &[u8]| unsafe {
         libc::write(2, b.as_ptr().cast(), b.len());
     };
-    let remove = |p: &std::ffi::CStr| unsafe { libc::unlink(p.as_ptr()) == 0 };
-    if fault && cntkio_cli::explain_sigbus(&mut write, &remove) {
-        // SAFETY: `_exit` is async-signal-safe and ends the process at once.
-        unsafe { libc::_exit(libc::c_int::from(cntkio_cli::EXIT_USAGE)) }
-    }
+    let remove =
+        |p: &std::ffi::CStr| unsafe { libc::unlink(p.as_ptr()) == 0 || *libc::__errno_location() == libc::ENOENT };
+    f(&mut write, &remove)
+}
+
+/// Ends the process by `sig` with its default action, as if no handler had been installed.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn default_action(sig: libc::c_int) {
     // SAFETY: `signal` and `raise` are async-signal-safe. The signal is blocked while its handler runs,
     // so the raised one is delivered on return, with the default action restored.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
     }
+}
+
+/// The `SIGBUS` handler. A fault (a positive `si_code`, set by the kernel) during a conversion that maps
+/// its input is explained and ends the process with the I/O error code; anything else gets the default
+/// action.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid `siginfo_t` to a handler installed with `SA_SIGINFO`.
+    let fault = !info.is_null() && unsafe { (*info).si_code } > 0;
+    if fault && explain(cntkio_cli::explain_sigbus) {
+        // SAFETY: `_exit` is async-signal-safe and ends the process at once.
+        unsafe { libc::_exit(libc::c_int::from(cntkio_cli::EXIT_USAGE)) }
+    }
+    default_action(sig);
+}
+
+/// The `SIGINT` and `SIGTERM` handler: during a conversion, removes its temporary output and says so;
+/// then the signal ends the process as it would have (the shell sees it).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" fn on_interrupt(sig: libc::c_int, _info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+    explain(cntkio_cli::explain_interrupt);
+    default_action(sig);
 }
 
 /// glibc's allocator maps each large buffer (a parsed chunk's arrays) afresh and unmaps it when freed,

@@ -1837,41 +1837,107 @@ fn convert_round_trips_are_byte_identical() {
     }
 }
 
+/// Writes a sparse CTF file of 72 MB (`-s x:1000:sparse -s y:10:sparse`): long enough to convert that a
+/// test can act while the conversion runs.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn big_sparse_ctf(path: &Path) {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let row: String = (0..40).map(|k| format!("{}:1 ", k * 97 % 1000)).collect();
+    for i in 0..300_000 {
+        writeln!(f, "|x {row}|y {}:1", i % 10).unwrap();
+    }
+    f.flush().unwrap();
+}
+
+/// Starts `cntkio args`, waits until `ready` holds (checked against the child's pid, in a loop), runs
+/// `act`, and returns how the child ended and its stderr.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn act_while_running(
+    args: Vec<std::ffi::OsString>,
+    ready: impl Fn(u32) -> bool,
+    act: impl FnOnce(u32),
+) -> (std::process::ExitStatus, String) {
+    let child = cmd(args).stderr(Stdio::piped()).spawn().expect("run cntkio");
+    let t = std::time::Instant::now();
+    while !ready(child.id()) {
+        assert!(t.elapsed().as_secs() < 60, "the conversion never got there");
+    }
+    act(child.id());
+    let o = child.wait_with_output().unwrap();
+    (o.status, String::from_utf8(o.stderr).unwrap())
+}
+
+/// The names in `dir`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn names_in(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
+
+/// A temporary output file (its name starts with '.') exists in `dir`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn has_temporary(dir: &Path) -> bool {
+    names_in(dir).iter().any(|n| n.starts_with('.'))
+}
+
+/// Sends `signal` to `pid` with kill(1).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn kill(signal: &str, pid: u32) {
+    let ok = Command::new("kill").args([format!("-{signal}"), pid.to_string()]).status().unwrap().success();
+    assert!(ok, "kill -{signal} {pid}");
+}
+
 /// A CTF input is memory-mapped by default; truncated while it is converted, it raises SIGBUS, which the
 /// binary turns into an error that says so, with the temporary output removed and no output written.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
 fn convert_explains_a_mapped_input_truncated_meanwhile() {
-    use std::io::Write;
     let d = tmp();
     let src = d.path().join("big.ctf");
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&src).unwrap());
-    let row: String = (0..40).map(|k| format!("{}:1 ", k * 97 % 1000)).collect();
-    for i in 0..300_000 {
-        writeln!(f, "|x {row}|y {}:1", i % 10).unwrap();
-    }
-    drop(f);
+    big_sparse_ctf(&src);
     let out = d.path().join("big.cbf");
-    let child = cmd(args!["-q", "convert", &src, &out, "-s", "x:1000:sparse", "-s", "y:10:sparse", "-j", "2"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run cntkio");
-    // Once the input is mapped (long before a conversion of these 72 MB ends), it loses its bytes.
-    let maps = format!("/proc/{}/maps", child.id());
     let shown = src.display().to_string();
-    let t = std::time::Instant::now();
-    while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains(&shown)) {
-        assert!(t.elapsed().as_secs() < 60, "the input was never mapped");
-    }
-    std::fs::OpenOptions::new().write(true).open(&src).unwrap().set_len(0).unwrap();
-    let o = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8(o.stderr).unwrap();
-    assert_eq!(o.status.code(), Some(2), "stderr: {stderr}");
+    // Once the input is mapped (long before a conversion of these 72 MB ends), it loses its bytes.
+    let (status, stderr) = act_while_running(
+        args!["-q", "convert", &src, &out, "-s", "x:1000:sparse", "-s", "y:10:sparse", "-j", "2"],
+        |pid| std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(&shown)),
+        |_| std::fs::OpenOptions::new().write(true).open(&src).unwrap().set_len(0).unwrap(),
+    );
+    assert_eq!(status.code(), Some(2), "stderr: {stderr}");
     assert!(stderr.starts_with(&format!("error[E2001]: cannot read {shown}: it became shorter")), "{stderr}");
     assert!(stderr.contains("its partial temporary file was removed"), "{stderr}");
     assert!(stderr.contains("--no-mmap"), "{stderr}");
-    let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("big.ctf")], "only the input remains");
+    assert_eq!(names_in(d.path()), BTreeSet::from(["big.ctf".to_string()]), "only the input remains");
+}
+
+/// Interrupted (SIGINT, SIGTERM), a conversion in either direction removes its temporary output, says
+/// so, and ends by the signal as it would have.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn convert_interrupted_leaves_nothing_behind() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = tmp();
+    let src = d.path().join("big.ctf");
+    big_sparse_ctf(&src);
+    let cbf = d.path().join("big.cbf");
+    let schema = ["-s", "x:1000:sparse", "-s", "y:10:sparse"];
+    run(args!["-q", "convert", &src, &cbf, &schema[..]]).code(0);
+    let back = d.path().join("back.ctf");
+    let before = names_in(d.path());
+    for (input, output, signal, number) in [(&src, d.path().join("again.cbf"), "INT", 2), (&cbf, back, "TERM", 15)] {
+        let (status, stderr) = act_while_running(
+            args!["-q", "convert", input, &output, &schema[..]],
+            |_| has_temporary(d.path()),
+            |pid| kill(signal, pid),
+        );
+        assert_eq!(status.signal(), Some(number), "ended by SIG{signal}; stderr: {stderr}");
+        let said = format!(
+            "cntkio: interrupted: {} was not written; its partial temporary file was removed\n",
+            output.display()
+        );
+        assert!(stderr.ends_with(&said), "SIG{signal}: {stderr}");
+        assert_eq!(names_in(d.path()), before, "SIG{signal}: nothing left behind");
+    }
 }
 
 /// A dump with its keys replaced by 0, 1, 2, …

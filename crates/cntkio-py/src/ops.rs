@@ -95,7 +95,7 @@ pub fn convert<'py>(
                 _ => CbfOptions::default(),
             };
             let aliases = aliases.unwrap_or_default();
-            py.detach(|| cbf_to_ctf(&input, &output, &options, &aliases, &mut |_| {}))
+            py.detach(|| cbf_to_ctf(&input, &output, &options, &aliases, None, &mut |_| {}))
         }
     }
     .map_err(py_err)?;

@@ -167,12 +167,14 @@ pub fn ctf_to_cbf(
 
 /// Converts a CBF file to CTF text that CNTK's CTF reader reads as the same data. Each stream is written
 /// as `|alias` with the alias given for its name in `aliases` (`(name, alias)` pairs), else its name;
-/// every value is written so that CNTK's parser gives back its bits.
+/// every value is written so that CNTK's parser gives back its bits. `on_temporary_file` is called with
+/// the temporary output file's path once it exists (see [`CtfToCbf::on_temporary_file`]).
 pub fn cbf_to_ctf(
     input: &Path,
     output: &Path,
     options: &CbfOptions,
     aliases: &[(String, String)],
+    on_temporary_file: Option<fn(&Path)>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ConvertSummary, Error> {
     refuse_same_file(input, output)?;
@@ -191,6 +193,9 @@ pub fn cbf_to_ctf(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| Error::io(format!("cannot create a temporary file beside {shown}"), e))?;
+    if let Some(f) = on_temporary_file {
+        f(tmp.path());
+    }
     let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp);
     let mut writer = CtfWriter::new(&schema);
     let mut text = Vec::new();
