@@ -1874,10 +1874,11 @@ fn names_in(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
 }
 
-/// A temporary output file (its name starts with '.') exists in `dir`.
+/// A temporary output file (its name starts with '.') in `dir` has bytes: the conversion is past
+/// creating it (and noting it for the signal handlers), and writing.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn has_temporary(dir: &Path) -> bool {
-    names_in(dir).iter().any(|n| n.starts_with('.'))
+fn writes_temporary(dir: &Path) -> bool {
+    names_in(dir).iter().any(|n| n.starts_with('.') && std::fs::metadata(dir.join(n)).is_ok_and(|m| m.len() > 0))
 }
 
 /// Sends `signal` to `pid` with kill(1).
@@ -1927,7 +1928,7 @@ fn convert_interrupted_leaves_nothing_behind() {
     for (input, output, signal, number) in [(&src, d.path().join("again.cbf"), "INT", 2), (&cbf, back, "TERM", 15)] {
         let (status, stderr) = act_while_running(
             args!["-q", "convert", input, &output, &schema[..]],
-            |_| has_temporary(d.path()),
+            |_| writes_temporary(d.path()),
             |pid| kill(signal, pid),
         );
         assert_eq!(status.signal(), Some(number), "ended by SIG{signal}; stderr: {stderr}");

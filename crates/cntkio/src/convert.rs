@@ -69,9 +69,9 @@ pub struct CtfToCbf {
     pub scan: ScanOptions,
     /// File access.
     pub access: Access,
-    /// Called with the path of the temporary output file once it exists, before anything is read: for
-    /// a caller that must be able to remove it when the process dies (say from a signal handler). The
-    /// file is renamed over the output at the end, or removed when the conversion fails.
+    /// Called with the path of the temporary output file right after it is created, before anything is
+    /// read: for a caller that must be able to remove it when the process dies (say from a signal
+    /// handler). The file is renamed over the output at the end, or removed when the conversion fails.
     pub on_temporary_file: Option<fn(&Path)>,
 }
 
@@ -87,10 +87,7 @@ pub fn ctf_to_cbf(
 ) -> Result<ConvertSummary, Error> {
     refuse_same_file(input, output)?;
     let file = InputFile::open(input, how.access)?;
-    let mut w = CbfWriter::with_options(output, schema, how.writer)?;
-    if let (Some(f), Some(tmp)) = (how.on_temporary_file, w.temporary_path()) {
-        f(tmp);
-    }
+    let mut w = CbfWriter::noting(output, schema, how.writer, how.on_temporary_file)?;
     let read_opts = CtfOptions { chunk_size: how.ctf.chunk_size.min(CONVERT_READ_CHUNK), ..how.ctf.clone() };
     let mut summary = ConvertSummary::default();
     let mut scan = |hand: &mut dyn FnMut(ChunkData) -> Result<Option<ChunkData>, Error>| {
@@ -168,7 +165,7 @@ pub fn ctf_to_cbf(
 /// Converts a CBF file to CTF text that CNTK's CTF reader reads as the same data. Each stream is written
 /// as `|alias` with the alias given for its name in `aliases` (`(name, alias)` pairs), else its name;
 /// every value is written so that CNTK's parser gives back its bits. `on_temporary_file` is called with
-/// the temporary output file's path once it exists (see [`CtfToCbf::on_temporary_file`]).
+/// the temporary output file's path right after it is created (see [`CtfToCbf::on_temporary_file`]).
 pub fn cbf_to_ctf(
     input: &Path,
     output: &Path,

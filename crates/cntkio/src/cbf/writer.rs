@@ -175,10 +175,17 @@ impl CbfWriter {
         schema: &Schema,
         options: CbfWriterOptions,
     ) -> Result<CbfWriter, Error> {
-        CbfWriter::with_io(path.as_ref(), schema, options, true)
+        CbfWriter::noting(path.as_ref(), schema, options, None)
     }
 
-    fn with_io(path: &Path, schema: &Schema, options: CbfWriterOptions, direct: bool) -> Result<CbfWriter, Error> {
+    /// [`CbfWriter::with_options`], calling `on_temporary_file` with the temporary file's path right
+    /// after it is created (see [`CtfToCbf::on_temporary_file`](crate::convert::CtfToCbf::on_temporary_file)).
+    pub(crate) fn noting(
+        path: &Path,
+        schema: &Schema,
+        options: CbfWriterOptions,
+        on_temporary_file: Option<fn(&Path)>,
+    ) -> Result<CbfWriter, Error> {
         let path = path.to_path_buf();
         let streams = schema.streams().iter().map(StreamHeader::from_spec).collect::<Result<Vec<_>, Error>>()?;
         let dir = match path.parent() {
@@ -191,7 +198,10 @@ impl CbfWriter {
             .suffix(".tmp")
             .tempfile_in(&dir)
             .map_err(|e| Error::io(format!("create a temporary file in {}", dir.display()), e))?;
-        let mut sink = Sink::new(tmp.as_file(), tmp.path(), direct, options.chunk_size)
+        if let Some(f) = on_temporary_file {
+            f(tmp.path());
+        }
+        let mut sink = Sink::new(tmp.as_file(), tmp.path(), true, options.chunk_size)
             .map_err(|e| Error::io("open the output", e))?;
         let mut prefix = Vec::with_capacity(12);
         encode_prefix(&mut prefix);
