@@ -110,3 +110,31 @@ def test_inspect_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         cntkio.inspect(tmp_path / "missing.ctf")
     assert isinstance(e.value, cntkio.NotFoundError) and e.value.path == str(tmp_path / "missing.ctf")
+
+
+def test_convert_is_interrupted_by_ctrl_c(tmp_path):
+    """Ctrl-C (SIGINT) during a conversion raises KeyboardInterrupt promptly, in either direction, and leaves
+    neither the output nor a temporary file behind."""
+    import os
+    import signal
+    import threading
+    import time
+
+    row = "|x " + " ".join(f"{k * 97 % 1000}:1" for k in range(40)) + " |y 3:1\n"
+    src = tmp_path / "big.ctf"
+    src.write_text(row * 400_000)  # about 100 MB: converting it takes far longer than the 20 ms below
+    streams = StreamDefs(x=StreamDef(shape=1000, is_sparse=True), y=StreamDef(shape=10, is_sparse=True))
+    cbf = tmp_path / "big.cbf"
+    cntkio.convert(src, cbf, streams)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for source, target in [(src, tmp_path / "again.cbf"), (cbf, tmp_path / "back.ctf")]:
+        timer = threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGINT))
+        started = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                cntkio.convert(source, target, streams)
+        finally:
+            timer.cancel()
+        assert time.monotonic() - started < 5, "the conversion noticed the interrupt late"
+        assert sorted(p.name for p in tmp_path.iterdir()) == before, f"{target.name}: nothing left behind"

@@ -31,8 +31,7 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
                 signals::input_is_mapped(&a.input, "leave out --mmap");
             }
             let s = converting(&a.output, || {
-                let note = Some(signals::note_temporary_file as fn(&Path));
-                cbf_to_ctf(&a.input, &a.output, &opts, &aliases, note, &mut |b| progress.set(b))
+                cbf_to_ctf(&a.input, &a.output, &opts, &aliases, &signals::hooks(), &mut |b| progress.set(b))
             })?;
             ("CBF → CTF", s)
         }
@@ -73,7 +72,7 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
                 } else {
                     Access::Auto
                 },
-                on_temporary_file: Some(signals::note_temporary_file),
+                hooks: signals::hooks(),
             };
             if how.access != Access::Read {
                 // A mapped input truncated meanwhile raises SIGBUS, which the binary's handler explains.

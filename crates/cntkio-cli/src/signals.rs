@@ -40,9 +40,14 @@ pub(crate) fn end_conversion() {
     ACTIVE.store(false, Ordering::SeqCst);
 }
 
+/// The conversion's hooks: its temporary output file is noted for the handlers to remove.
+pub(crate) fn hooks() -> cntkio::convert::Hooks {
+    cntkio::convert::Hooks { on_temporary_file: Some(note_temporary_file), cancel: None }
+}
+
 /// Notes the conversion's temporary output file, for the handlers to remove (a
-/// [`cntkio::convert::CtfToCbf::on_temporary_file`] hook).
-pub(crate) fn note_temporary_file(path: &Path) {
+/// [`cntkio::convert::Hooks::on_temporary_file`] hook).
+fn note_temporary_file(path: &Path) {
     #[cfg(unix)]
     {
         use std::os::unix::ffi::OsStrExt;

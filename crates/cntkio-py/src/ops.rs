@@ -3,14 +3,16 @@
 use crate::errors::{at_path, error_fields, py_err, usage};
 use crate::spec::{from_dict, Spec};
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams};
-use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CtfToCbf, Format};
+use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CtfToCbf, Format, Hooks};
 use cntkio::ctf::ScanOptions;
 use cntkio::validate::{validate_cbf, validate_ctf, ValidateOptions};
 use cntkio::{Error, InputFile};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 fn threads(n: Option<usize>) -> usize {
     n.filter(|&t| t > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -38,6 +40,50 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, skip_sequence_ids: bool) -> P
 pub fn run_cli(py: Python<'_>, argv: Vec<String>) -> u8 {
     let code = py.detach(|| crate::pool::run(|| cntkio_cli::run(argv)));
     (0..=u8::MAX).find(|&c| ExitCode::from(c) == code).unwrap_or(1)
+}
+
+thread_local! {
+    /// The Python exception (`KeyboardInterrupt`, …) a conversion on this thread stopped for.
+    static STOPPED_BY: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+    /// When Python's signal handlers last ran for a conversion on this thread.
+    static CHECKED: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// How often a conversion lets Python run its signal handlers.
+const CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// [`Hooks::cancel`] of a conversion called from Python (which runs without the GIL): every
+/// [`CHECK_EVERY`], takes the GIL and runs Python's signal handlers; if one raises (Ctrl-C's
+/// `KeyboardInterrupt`), keeps the exception for [`convert`] to raise and stops the conversion.
+fn python_signal_raised() -> bool {
+    let now = Instant::now();
+    if CHECKED.get().is_some_and(|t| now.duration_since(t) < CHECK_EVERY) {
+        return false;
+    }
+    CHECKED.set(Some(now));
+    Python::attach(|py| match py.check_signals() {
+        Ok(()) => false,
+        Err(e) => {
+            STOPPED_BY.set(Some(e));
+            true
+        }
+    })
+}
+
+/// Runs a conversion with [`python_signal_raised`] as its cancel hook: a signal handler's exception is
+/// raised in place of the conversion's "interrupted" error.
+fn interruptible<T>(py: Python<'_>, f: impl FnOnce(&Hooks) -> Result<T, Error> + Send) -> PyResult<T>
+where
+    T: Send,
+{
+    STOPPED_BY.set(None);
+    CHECKED.set(None);
+    let hooks = Hooks { on_temporary_file: None, cancel: Some(python_signal_raised) };
+    let r = py.detach(|| f(&hooks));
+    match (r, STOPPED_BY.take()) {
+        (Err(_), Some(raised)) => Err(raised),
+        (r, _) => r.map_err(py_err),
+    }
 }
 
 /// Converts CTF → CBF (`config`: the CTF deserializer) or CBF → CTF (`config` optional: a CBF
@@ -79,9 +125,11 @@ pub fn convert<'py>(
                 writer,
                 scan: ScanOptions { threads: nthreads, skip_bad_sequences, ..ScanOptions::default() },
                 access,
-                on_temporary_file: None,
+                hooks: Hooks::default(),
             };
-            py.detach(|| ctf_to_cbf(&input, &output, &schema, &how, &mut |_| {}))
+            interruptible(py, |hooks| {
+                ctf_to_cbf(&input, &output, &schema, &CtfToCbf { hooks: *hooks, ..how }, &mut |_| {})
+            })
         }
         (Format::Ctf, _) => {
             return Err(usage(format!(
@@ -95,10 +143,9 @@ pub fn convert<'py>(
                 _ => CbfOptions::default(),
             };
             let aliases = aliases.unwrap_or_default();
-            py.detach(|| cbf_to_ctf(&input, &output, &options, &aliases, None, &mut |_| {}))
+            interruptible(py, |hooks| cbf_to_ctf(&input, &output, &options, &aliases, hooks, &mut |_| {}))
         }
-    }
-    .map_err(py_err)?;
+    }?;
     let d = PyDict::new(py);
     d.set_item("input_format", if format == Format::Ctf { "ctf" } else { "cbf" })?;
     d.set_item("sequences", summary.sequences)?;

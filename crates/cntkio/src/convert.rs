@@ -69,10 +69,37 @@ pub struct CtfToCbf {
     pub scan: ScanOptions,
     /// File access.
     pub access: Access,
+    /// Callbacks.
+    pub hooks: Hooks,
+}
+
+/// Callbacks of a conversion, for a front end (plain functions, so that options stay `Copy`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hooks {
     /// Called with the path of the temporary output file right after it is created, before anything is
     /// read: for a caller that must be able to remove it when the process dies (say from a signal
     /// handler). The file is renamed over the output at the end, or removed when the conversion fails.
     pub on_temporary_file: Option<fn(&Path)>,
+    /// Asked between chunks (every few milliseconds) whether to stop: `true` ends the conversion with an
+    /// [`interrupted`] error, the temporary output removed and the target untouched (say when the user
+    /// pressed Ctrl-C in a host that handles signals itself, such as Python).
+    pub cancel: Option<fn() -> bool>,
+}
+
+impl Hooks {
+    /// The error if `cancel` says to stop.
+    fn check(&self) -> Result<(), Error> {
+        match self.cancel {
+            Some(f) if f() => Err(interrupted()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The error of a conversion stopped by [`Hooks::cancel`]: an I/O error of kind
+/// [`Interrupted`](std::io::ErrorKind::Interrupted).
+pub fn interrupted() -> Error {
+    Error::io("the conversion was interrupted", std::io::Error::from(std::io::ErrorKind::Interrupted))
 }
 
 /// Converts a CTF file to CBF. The values written are exactly those the CTF reader delivers; CBF streams
@@ -87,7 +114,7 @@ pub fn ctf_to_cbf(
 ) -> Result<ConvertSummary, Error> {
     refuse_same_file(input, output)?;
     let file = InputFile::open(input, how.access)?;
-    let mut w = CbfWriter::noting(output, schema, how.writer, how.on_temporary_file)?;
+    let mut w = CbfWriter::noting(output, schema, how.writer, how.hooks.on_temporary_file)?;
     let read_opts = CtfOptions { chunk_size: how.ctf.chunk_size.min(CONVERT_READ_CHUNK), ..how.ctf.clone() };
     let mut summary = ConvertSummary::default();
     let mut scan = |hand: &mut dyn FnMut(ChunkData) -> Result<Option<ChunkData>, Error>| {
@@ -97,6 +124,7 @@ pub fn ctf_to_cbf(
             &read_opts,
             &how.scan,
             |p| {
+                how.hooks.check()?;
                 summary.tolerated_errors += p.num_errors;
                 summary.dropped_sequences += p.num_dropped;
                 Ok((ControlFlow::Continue(()), hand(p.data)?))
@@ -164,14 +192,13 @@ pub fn ctf_to_cbf(
 
 /// Converts a CBF file to CTF text that CNTK's CTF reader reads as the same data. Each stream is written
 /// as `|alias` with the alias given for its name in `aliases` (`(name, alias)` pairs), else its name;
-/// every value is written so that CNTK's parser gives back its bits. `on_temporary_file` is called with
-/// the temporary output file's path right after it is created (see [`CtfToCbf::on_temporary_file`]).
+/// every value is written so that CNTK's parser gives back its bits.
 pub fn cbf_to_ctf(
     input: &Path,
     output: &Path,
     options: &CbfOptions,
     aliases: &[(String, String)],
-    on_temporary_file: Option<fn(&Path)>,
+    hooks: &Hooks,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ConvertSummary, Error> {
     refuse_same_file(input, output)?;
@@ -190,7 +217,7 @@ pub fn cbf_to_ctf(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| Error::io(format!("cannot create a temporary file beside {shown}"), e))?;
-    if let Some(f) = on_temporary_file {
+    if let Some(f) = hooks.on_temporary_file {
         f(tmp.path());
     }
     let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp);
@@ -198,6 +225,7 @@ pub fn cbf_to_ctf(
     let mut text = Vec::new();
     let mut summary = ConvertSummary::default();
     for k in 0..cbf.chunk_count() {
+        hooks.check()?;
         let data = cbf.read_chunk(k)?;
         text.clear();
         writer.write_chunk(&data, &mut text)?;

@@ -474,6 +474,60 @@ fn dropping_the_writer_leaves_the_target_untouched() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
 
+/// A conversion asked to stop (its `cancel` hook) ends with the "interrupted" error, in either direction,
+/// with no output and no temporary file; the hook that noted the temporary file named one that is gone.
+#[test]
+fn conversions_stop_when_asked_and_leave_nothing() {
+    use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, interrupted, CtfToCbf, Hooks};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    static ASKED: AtomicUsize = AtomicUsize::new(0);
+    static NOTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    // Stops when asked the second time: after the first chunk.
+    fn second_time() -> bool {
+        ASKED.fetch_add(1, Ordering::SeqCst) == 1
+    }
+    fn note(p: &Path) {
+        NOTED.lock().unwrap().push(p.to_path_buf());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("in.ctf");
+    let row: String = (0..40).map(|k| format!("{}:1 ", k * 97 % 1000)).collect();
+    std::fs::write(&src, format!("|x {row}|y 3:1\n").repeat(40_000)).unwrap(); // 9 MB: 5 read chunks
+    let schema = Schema::new(vec![
+        spec("x", "x", StorageFormat::Sparse, 1000, ElementType::F32),
+        spec("y", "y", StorageFormat::Sparse, 10, ElementType::F32),
+    ])
+    .unwrap();
+    let mut how = CtfToCbf {
+        ctf: Default::default(),
+        writer: CbfWriterOptions::new(1 << 20),
+        scan: Default::default(),
+        access: Default::default(),
+        hooks: Hooks::default(),
+    };
+    let cbf = dir.path().join("out.cbf");
+    ctf_to_cbf(&src, &cbf, &schema, &how, &mut |_| {}).unwrap();
+    let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+
+    let hooks = Hooks { on_temporary_file: Some(note), cancel: Some(second_time) };
+    how.hooks = hooks;
+    let conversions: [&dyn Fn() -> Result<_, _>; 2] =
+        [&|| ctf_to_cbf(&src, &dir.path().join("again.cbf"), &schema, &how, &mut |_| {}), &|| {
+            cbf_to_ctf(&cbf, &dir.path().join("back.ctf"), &CbfOptions::default(), &[], &hooks, &mut |_| {})
+        }];
+    for convert in conversions {
+        let e = convert().expect_err("stopped");
+        assert_eq!(e.to_string(), interrupted().to_string());
+        assert_eq!(ASKED.swap(0, Ordering::SeqCst), 2, "asked once per chunk until it said stop");
+    }
+    let noted = NOTED.lock().unwrap();
+    assert_eq!(noted.len(), 2);
+    assert!(noted.iter().all(|p| p.parent() == Some(dir.path()) && !p.exists()), "{noted:?}");
+    let after: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(after.len(), before.len(), "nothing new: {after:?}");
+}
+
 #[test]
 fn meta_counts_declared_or_max() {
     // With definesMBSize on `a`, the declared length counts rows mentioning `a` (1), while ctf2bin's

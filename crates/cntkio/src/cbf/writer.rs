@@ -179,7 +179,7 @@ impl CbfWriter {
     }
 
     /// [`CbfWriter::with_options`], calling `on_temporary_file` with the temporary file's path right
-    /// after it is created (see [`CtfToCbf::on_temporary_file`](crate::convert::CtfToCbf::on_temporary_file)).
+    /// after it is created (see [`Hooks::on_temporary_file`](crate::convert::Hooks::on_temporary_file)).
     pub(crate) fn noting(
         path: &Path,
         schema: &Schema,
