@@ -192,6 +192,10 @@ pub struct ValidateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Read CTF inputs with positional reads. By default they are memory-mapped, which is faster; a file
+    /// truncated while it is mapped stops the validation with an error.
+    #[arg(long, conflicts_with = "mmap")]
+    pub no_mmap: bool,
 }
 
 /// `inspect`.
@@ -484,6 +488,27 @@ impl ReadArgs {
     /// Threads to use.
     pub fn threads(&self) -> usize {
         self.threads.filter(|&t| t > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// File access for a command that maps its input unless told not to (`no_mmap`): a map where the
+    /// system allows it, forced with `--mmap`.
+    pub fn access_mapped_by_default(&self, no_mmap: bool) -> cntkio::Access {
+        if no_mmap {
+            cntkio::Access::Read
+        } else if self.mmap {
+            cntkio::Access::Mmap
+        } else {
+            cntkio::Access::Auto
+        }
+    }
+
+    /// How to read a CTF input without a map, for a command that maps it by default.
+    pub fn no_map_hint(&self) -> &'static str {
+        if self.mmap {
+            "use --no-mmap instead of --mmap"
+        } else {
+            "pass --no-mmap"
+        }
     }
 
     /// File access.

@@ -2,7 +2,7 @@
 
 use crate::args::ConvertArgs;
 use crate::output::Progress;
-use crate::signals;
+use crate::signals::{self, Task};
 use crate::EXIT_OK;
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams, MetaCounts};
 use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CtfToCbf, Format};
@@ -28,7 +28,8 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
             };
             let opts = CbfOptions::default().mmap(a.read.mmap);
             if a.read.mmap {
-                signals::input_is_mapped(&a.input, "leave out --mmap");
+                signals::prepare_for_maps(Task::Conversion, &[(&a.input, "leave out --mmap")]);
+                signals::reading_mapped(Some(0));
             }
             let s = converting(&a.output, || {
                 cbf_to_ctf(&a.input, &a.output, &opts, &aliases, &signals::hooks(), &mut |b| progress.set(b))
@@ -65,18 +66,13 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
                     skip_bad_sequences: a.read.skip_bad_sequences,
                     ..ScanOptions::default()
                 },
-                access: if a.no_mmap {
-                    Access::Read
-                } else if a.read.mmap {
-                    Access::Mmap
-                } else {
-                    Access::Auto
-                },
+                access: a.read.access_mapped_by_default(a.no_mmap),
                 hooks: signals::hooks(),
             };
             if how.access != Access::Read {
                 // A mapped input truncated meanwhile raises SIGBUS, which the binary's handler explains.
-                signals::input_is_mapped(&a.input, "pass --no-mmap");
+                signals::prepare_for_maps(Task::Conversion, &[(&a.input, a.read.no_map_hint())]);
+                signals::reading_mapped(Some(0));
             }
             let s = converting(&a.output, || {
                 ctf_to_cbf(&a.input, &a.output, &input.schema, &how, &mut |b| progress.set(b))
@@ -114,6 +110,7 @@ fn converting<T>(output: &Path, f: impl FnOnce() -> Result<T, Error>) -> Result<
     signals::begin_conversion(output);
     let r = f();
     signals::end_conversion();
+    signals::reading_mapped(None);
     r
 }
 

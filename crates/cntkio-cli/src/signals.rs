@@ -1,16 +1,18 @@
-//! What becomes of a conversion the process cannot finish: interrupted (`SIGINT`, `SIGTERM`), or stopped by
-//! `SIGBUS` because a memory-mapped input shrank (or the disk could not deliver it) while it was read.
+//! What becomes of a command the process cannot finish: a conversion interrupted (`SIGINT`, `SIGTERM`),
+//! or a conversion or validation stopped by `SIGBUS` because a memory-mapped input shrank (or the disk
+//! could not deliver it) while it was read.
 //!
-//! Without help, such a signal kills the process without a word ("Bus error", or nothing at all) and leaves
-//! the conversion's temporary output file behind, a hidden file as large as the part already written. The
-//! `cntkio` binary installs handlers (`main.rs`) that call [`explain_interrupt`] and [`explain_sigbus`]:
-//! during a conversion, they remove the temporary output file and say what happened. Everything they use
-//! is prepared beforehand here, so that a handler only reads memory that is never freed (values set once)
-//! and makes system calls that are safe in a signal handler (`write`, `unlink`).
+//! Without help, such a signal kills the process without a word ("Bus error", or nothing at all), and a
+//! conversion leaves its temporary output file behind, a hidden file as large as the part already
+//! written. The `cntkio` binary installs handlers (`main.rs`) that call [`explain_interrupt`] and
+//! [`explain_sigbus`]: they remove a conversion's temporary output file and say what happened.
+//! Everything they use is prepared beforehand here, so that a handler only reads atomics and memory
+//! that is never freed (values set once) and makes system calls that are safe in a signal handler
+//! (`write`, `unlink`).
 
 use std::ffi::{CStr, CString};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// The output of the conversion under way, for the messages.
@@ -18,10 +20,13 @@ static OUTPUT: OnceLock<Box<[u8]>> = OnceLock::new();
 /// Its temporary file.
 static TEMPORARY: OnceLock<CString> = OnceLock::new();
 /// A conversion is under way (from [`begin_conversion`] until [`end_conversion`]).
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// The `SIGBUS` message's parts, when the input is mapped.
-static MAPPED: OnceLock<Mapped> = OnceLock::new();
+static CONVERTING: AtomicBool = AtomicBool::new(false);
+/// The `SIGBUS` messages, one per input the command may map ([`prepare_for_maps`]).
+static MAPPED: OnceLock<Vec<Mapped>> = OnceLock::new();
+/// Which of them is being read through a map ([`reading_mapped`]); `usize::MAX` for none.
+static READING: AtomicUsize = AtomicUsize::new(usize::MAX);
 
+/// A `SIGBUS` message's parts.
 struct Mapped {
     /// The error line.
     head: Box<[u8]>,
@@ -29,15 +34,52 @@ struct Mapped {
     help: Box<[u8]>,
 }
 
+/// What a command does with the inputs it maps, for the messages.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Task {
+    Conversion,
+    Validation,
+}
+
+/// Prepares the `SIGBUS` messages for `inputs` (once per process: a command calls it before reading),
+/// each with how to read it without a map (say "pass --no-mmap").
+pub(crate) fn prepare_for_maps(task: Task, inputs: &[(&Path, &str)]) {
+    let (noun, again) = match task {
+        Task::Conversion => ("conversion", "convert"),
+        Task::Validation => ("validation", "validate"),
+    };
+    let messages = inputs
+        .iter()
+        .map(|(input, no_map)| Mapped {
+            head: format!(
+                "error[E2001]: cannot read {}: it became shorter or unreadable while it was memory-mapped, so the \
+                 {noun} stopped (SIGBUS)\n",
+                input.display()
+            )
+            .into_bytes()
+            .into(),
+            help: format!("  = help: {again} again once the file is complete, or {no_map} to read it without a map\n")
+                .into_bytes()
+                .into(),
+        })
+        .collect();
+    let _ = MAPPED.set(messages);
+}
+
+/// Input `i` of those prepared is being read through a map (`None`: no mapped input is being read).
+pub(crate) fn reading_mapped(i: Option<usize>) {
+    READING.store(i.unwrap_or(usize::MAX), Ordering::SeqCst);
+}
+
 /// A conversion into `output` begins (a process converts one file: the first call wins).
 pub(crate) fn begin_conversion(output: &Path) {
     let _ = OUTPUT.set(output.display().to_string().into_bytes().into());
-    ACTIVE.store(true, Ordering::SeqCst);
+    CONVERTING.store(true, Ordering::SeqCst);
 }
 
 /// The conversion ended (its output renamed into place, or removed on an error): nothing to clean up.
 pub(crate) fn end_conversion() {
-    ACTIVE.store(false, Ordering::SeqCst);
+    CONVERTING.store(false, Ordering::SeqCst);
 }
 
 /// The conversion's hooks: its temporary output file is noted for the handlers to remove.
@@ -59,25 +101,16 @@ fn note_temporary_file(path: &Path) {
     let _ = path;
 }
 
-/// The conversion reads `input` through a memory map: a `SIGBUS` is then explained. `no_map` is how to
-/// read without a map (a flag to add or to leave out).
-pub(crate) fn input_is_mapped(input: &Path, no_map: &str) {
-    let head = format!(
-        "error[E2001]: cannot read {}: it became shorter or unreadable while it was memory-mapped, so the \
-         conversion stopped (SIGBUS)\n",
-        input.display()
-    );
-    let help = format!("  = help: convert again once the file is complete, or {no_map} to read it without a map\n");
-    let _ = MAPPED.set(Mapped { head: head.into_bytes().into(), help: help.into_bytes().into() });
-}
-
 /// [`explain_sigbus`] or [`explain_interrupt`]: given how to write to stderr and how to remove a file
 /// (saying whether it is gone), they clean up and say what happened, or return `false`.
 pub type Explain = fn(&mut dyn FnMut(&[u8]), &dyn Fn(&CStr) -> bool) -> bool;
 
-/// Removes the temporary output (with `remove`, which says whether it is gone) and writes what became of
-/// the output after `lead`.
-fn clean_up(lead: &[u8], write: &mut dyn FnMut(&[u8]), remove: &dyn Fn(&CStr) -> bool) {
+/// During a conversion: removes the temporary output (with `remove`, which says whether it is gone) and
+/// writes what became of the output after `lead`. Returns whether a conversion was under way.
+fn clean_up(lead: &[u8], write: &mut dyn FnMut(&[u8]), remove: &dyn Fn(&CStr) -> bool) -> bool {
+    if !CONVERTING.load(Ordering::SeqCst) {
+        return false;
+    }
     write(lead);
     write(OUTPUT.get().map_or(&b"the output"[..], |o| &**o));
     match TEMPORARY.get() {
@@ -89,19 +122,17 @@ fn clean_up(lead: &[u8], write: &mut dyn FnMut(&[u8]), remove: &dyn Fn(&CStr) ->
         }
         None => write(b" was not written\n"),
     }
+    true
 }
 
-/// What the `SIGBUS` handler does during a conversion that maps its input: removes the temporary output
-/// file noted (with `remove`, which says whether it is gone) and writes the message (with `write`).
-/// Returns `false`, doing nothing, otherwise: the signal is then not cntkio's to explain.
+/// What the `SIGBUS` handler does while an input is read through a map: during a conversion, removes
+/// the temporary output file noted (with `remove`, which says whether it is gone); writes the message
+/// (with `write`). Returns `false`, doing nothing, otherwise: the signal is then not cntkio's to explain.
 ///
 /// Safe to call in a signal handler when `write` and `remove` are: it allocates nothing and only reads
 /// atomics and values set once and never freed.
 pub fn explain_sigbus(write: &mut dyn FnMut(&[u8]), remove: &dyn Fn(&CStr) -> bool) -> bool {
-    let Some(m) = MAPPED.get() else { return false };
-    if !ACTIVE.load(Ordering::SeqCst) {
-        return false;
-    }
+    let Some(m) = MAPPED.get().and_then(|all| all.get(READING.load(Ordering::SeqCst))) else { return false };
     write(&m.head);
     clean_up(b"  = note: ", write, remove);
     write(&m.help);
@@ -112,11 +143,7 @@ pub fn explain_sigbus(write: &mut dyn FnMut(&[u8]), remove: &dyn Fn(&CStr) -> bo
 /// noted and say so. Returns `false`, doing nothing, when no conversion is under way. Safe in a signal
 /// handler as [`explain_sigbus`] is.
 pub fn explain_interrupt(write: &mut dyn FnMut(&[u8]), remove: &dyn Fn(&CStr) -> bool) -> bool {
-    if !ACTIVE.load(Ordering::SeqCst) {
-        return false;
-    }
-    clean_up(b"\ncntkio: interrupted: ", write, remove);
-    true
+    clean_up(b"\ncntkio: interrupted: ", write, remove)
 }
 
 #[cfg(test)]
@@ -138,18 +165,21 @@ mod tests {
     // One test: the state is the process's.
     #[test]
     fn handlers_say_what_became_of_the_output_and_remove_its_temporary_file() {
+        let nothing = (false, String::new(), None);
         for explain in [explain_sigbus as Explain, explain_interrupt] {
-            assert_eq!(said(explain, true), (false, String::new(), None), "no conversion, nothing said");
+            assert_eq!(said(explain, true), nothing, "no command under way, nothing said");
         }
 
+        let inputs = [(Path::new("in.ctf"), "pass --no-mmap"), (Path::new("other.ctf"), "leave out --mmap")];
+        prepare_for_maps(Task::Conversion, &inputs);
+        assert_eq!(said(explain_sigbus, true), nothing, "no input read through a map yet");
         begin_conversion(Path::new("out/x.cbf"));
-        assert!(!said(explain_sigbus, true).0, "the input is not mapped: SIGBUS is not explained");
         let (r, text, asked) = said(explain_interrupt, true);
         assert!(r && asked.is_none(), "no temporary file noted yet: nothing to remove");
         assert_eq!(text, "\ncntkio: interrupted: out/x.cbf was not written\n");
 
-        input_is_mapped(Path::new("in.ctf"), "pass --no-mmap");
         note_temporary_file(Path::new("out/.x.cbf.abc.tmp"));
+        reading_mapped(Some(0));
         let (r, text, asked) = said(explain_sigbus, true);
         assert!(r);
         assert_eq!(asked.as_deref(), Some(c"out/.x.cbf.abc.tmp"));
@@ -167,9 +197,18 @@ mod tests {
              out/.x.cbf.abc.tmp\n"
         );
 
+        // Not converting (say validating): the input is named, there is no output to speak of.
         end_conversion();
+        reading_mapped(Some(1));
+        let (r, text, asked) = said(explain_sigbus, true);
+        assert!(r && asked.is_none());
+        assert!(text.starts_with("error[E2001]: cannot read other.ctf: it became shorter"), "{text}");
+        assert!(!text.contains("note:") && text.ends_with("or leave out --mmap to read it without a map\n"), "{text}");
+        assert_eq!(said(explain_interrupt, true), nothing, "no conversion: the default action only");
+
+        reading_mapped(None);
         for explain in [explain_sigbus as Explain, explain_interrupt] {
-            assert_eq!(said(explain, true), (false, String::new(), None), "the conversion is over");
+            assert_eq!(said(explain, true), nothing, "nothing under way");
         }
     }
 }

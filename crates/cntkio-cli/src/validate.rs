@@ -3,11 +3,13 @@
 use crate::args::ValidateArgs;
 use crate::output::Progress;
 use crate::render::render;
+use crate::signals::{self, Task};
 use crate::{EXIT_INVALID, EXIT_OK};
 use cntkio::cbf::CbfOptions;
 use cntkio::validate::{validate_cbf, validate_ctf, Finding, ValidateOptions};
 use cntkio::{Error, InputFile};
 use serde_json::json;
+use std::path::Path;
 
 /// Runs `validate` on every file; exit 1 if any is invalid.
 pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
@@ -15,12 +17,25 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
     let mut reports = Vec::new();
     let mut any_invalid = false;
     let vo = ValidateOptions { threads: a.read.threads(), limit: a.limit, warnings: a.warnings };
-    for job in &jobs {
+    // CTF inputs are mapped unless --no-mmap: a file truncated meanwhile raises SIGBUS, which the binary's
+    // handler explains.
+    let access = a.read.access_mapped_by_default(a.no_mmap);
+    let inputs: Vec<(&Path, &str)> = jobs
+        .iter()
+        .map(|j| match j {
+            crate::args::Job::Cbf(p) => (p.as_path(), "leave out --mmap"),
+            crate::args::Job::Ctf(i) => (i.path.as_path(), a.read.no_map_hint()),
+        })
+        .collect();
+    signals::prepare_for_maps(Task::Validation, &inputs);
+    for (i, job) in jobs.iter().enumerate() {
         let input = match job {
             crate::args::Job::Cbf(path) => {
                 let progress =
                     Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "validating", quiet);
+                signals::reading_mapped(a.read.mmap.then_some(i));
                 let r = validate_cbf(path, &CbfOptions::default().mmap(a.read.mmap), &mut |b| progress.set(b));
+                signals::reading_mapped(None);
                 progress.finish();
                 let r = r?;
                 // A file that cannot be read is reported without what was found before the failure.
@@ -57,7 +72,8 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
             crate::args::Job::Ctf(input) => input,
         };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);
-        let file = InputFile::open(path, a.read.access())?;
+        let file = InputFile::open(path, access)?;
+        signals::reading_mapped(file.is_mapped().then_some(i));
         let progress = Progress::bytes(file.len(), "validating", quiet);
         // Errors are printed as they are found (warnings while no more than --limit errors were).
         let mut shown = 0usize;
@@ -73,6 +89,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
             _ => {}
         };
         let r = validate_ctf(&file, schema, opts, &vo, &mut |b| progress.set(b), &mut print);
+        signals::reading_mapped(None);
         progress.finish();
         let r = r?;
         let mut shown_json: Vec<serde_json::Value> = r.shown.iter().map(error_json).collect();

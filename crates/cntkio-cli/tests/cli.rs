@@ -751,6 +751,8 @@ fn validate_real_files_valid_with_summary() {
         o.code(0);
         assert_eq!(o.stderr, format!("{}: {summary}\n", path.display()));
         assert!(o.stdout.is_empty());
+        // Read instead of mapped: the same report.
+        assert_eq!(run(args!["validate", &path, &schema[..], "--no-mmap"]).code(0).stderr, o.stderr);
         // --quiet: nothing at all for a valid file.
         let q = run(args!["-q", "validate", &path, &schema[..]]);
         q.code(0);
@@ -922,6 +924,8 @@ fn validate_limit_counts_all_but_shows_n() {
         let o = run(args!["validate", &path, &base, "--limit", &limit.to_string()]);
         o.code(0);
         assert_eq!(o.stderr.matches(": error[").count(), shown, "--limit {limit}");
+        let read = run(args!["validate", &path, &base, "--limit", &limit.to_string(), "--no-mmap"]);
+        assert_eq!(read.code(0).stderr, o.stderr, "read instead of mapped: the same report");
         if shown < 28 {
             o.err_has(&format!("… and {} more error(s) not shown (raise --limit to see them)\n", 28 - shown));
         } else {
@@ -1888,8 +1892,9 @@ fn kill(signal: &str, pid: u32) {
     assert!(ok, "kill -{signal} {pid}");
 }
 
-/// A CTF input is memory-mapped by default; truncated while it is converted, it raises SIGBUS, which the
-/// binary turns into an error that says so, with the temporary output removed and no output written.
+/// A CTF input is memory-mapped by default; truncated while it is converted (or validated), it raises
+/// SIGBUS, which the binary turns into an error that says so, with the temporary output removed and no
+/// output written.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
 fn convert_explains_a_mapped_input_truncated_meanwhile() {
@@ -1909,6 +1914,21 @@ fn convert_explains_a_mapped_input_truncated_meanwhile() {
     assert!(stderr.contains("its partial temporary file was removed"), "{stderr}");
     assert!(stderr.contains("--no-mmap"), "{stderr}");
     assert_eq!(names_in(d.path()), BTreeSet::from(["big.ctf".to_string()]), "only the input remains");
+
+    // The same for a validation (which maps its CTF inputs by default too), without an output to speak of.
+    big_sparse_ctf(&src);
+    let (status, stderr) = act_while_running(
+        args!["-q", "validate", &src, "-s", "x:1000:sparse", "-s", "y:10:sparse"],
+        |pid| std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(&shown)),
+        |_| std::fs::OpenOptions::new().write(true).open(&src).unwrap().set_len(0).unwrap(),
+    );
+    assert_eq!(status.code(), Some(2), "stderr: {stderr}");
+    let said = format!(
+        "error[E2001]: cannot read {shown}: it became shorter or unreadable while it was memory-mapped, so the \
+         validation stopped (SIGBUS)\n  = help: validate again once the file is complete, or pass --no-mmap to \
+         read it without a map\n"
+    );
+    assert_eq!(stderr, said);
 }
 
 /// Interrupted (SIGINT, SIGTERM), a conversion in either direction removes its temporary output, says
