@@ -73,7 +73,8 @@ pub struct CtfToCbf {
     pub hooks: Hooks,
 }
 
-/// Callbacks of a conversion, for a front end (plain functions, so that options stay `Copy`).
+/// Callbacks of a conversion, for a front end (plain functions, so that the hooks are `Copy` and `Debug`
+/// and the options need no lifetime).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Hooks {
     /// Called with the path of the temporary output file right after it is created, before anything is
@@ -114,7 +115,7 @@ pub fn ctf_to_cbf(
 ) -> Result<ConvertSummary, Error> {
     refuse_same_file(input, output)?;
     let file = InputFile::open(input, how.access)?;
-    let mut w = CbfWriter::noting(output, schema, how.writer, how.hooks.on_temporary_file)?;
+    let mut w = CbfWriter::with_temporary_hook(output, schema, how.writer, how.hooks.on_temporary_file)?;
     let read_opts = CtfOptions { chunk_size: how.ctf.chunk_size.min(CONVERT_READ_CHUNK), ..how.ctf.clone() };
     let mut summary = ConvertSummary::default();
     let mut scan = |hand: &mut dyn FnMut(ChunkData) -> Result<Option<ChunkData>, Error>| {

@@ -175,12 +175,12 @@ impl CbfWriter {
         schema: &Schema,
         options: CbfWriterOptions,
     ) -> Result<CbfWriter, Error> {
-        CbfWriter::noting(path.as_ref(), schema, options, None)
+        CbfWriter::with_temporary_hook(path.as_ref(), schema, options, None)
     }
 
     /// [`CbfWriter::with_options`], calling `on_temporary_file` with the temporary file's path right
     /// after it is created (see [`Hooks::on_temporary_file`](crate::convert::Hooks::on_temporary_file)).
-    pub(crate) fn noting(
+    pub(crate) fn with_temporary_hook(
         path: &Path,
         schema: &Schema,
         options: CbfWriterOptions,
