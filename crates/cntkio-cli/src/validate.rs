@@ -16,7 +16,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
     let jobs = a.read.jobs(&a.files)?;
     let mut reports = Vec::new();
     let mut any_invalid = false;
-    let vo = ValidateOptions { threads: a.read.threads(), limit: a.limit, warnings: a.warnings };
+    let vo = ValidateOptions { threads: a.read.threads(), limit: a.limit, warnings: a.warnings, cancel: None };
     // CTF inputs are mapped unless --no-mmap: a file truncated meanwhile raises SIGBUS, which the binary's
     // handler explains.
     let access = a.read.access_mapped_by_default(a.no_mmap);
@@ -34,7 +34,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
                 let progress =
                     Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "validating", quiet);
                 signals::reading_mapped(a.read.mmap.then_some(i));
-                let r = validate_cbf(path, &CbfOptions::default().mmap(a.read.mmap), &mut |b| progress.set(b));
+                let r = validate_cbf(path, &CbfOptions::default().mmap(a.read.mmap), &vo, &mut |b| progress.set(b));
                 signals::reading_mapped(None);
                 progress.finish();
                 let r = r?;

@@ -70,19 +70,20 @@ fn python_signal_raised() -> bool {
     })
 }
 
-/// Runs a conversion with [`python_signal_raised`] as its cancel hook: a signal handler's exception is
-/// raised in place of the conversion's "interrupted" error.
-fn interruptible<T>(py: Python<'_>, f: impl FnOnce(&Hooks) -> Result<T, Error> + Send) -> PyResult<T>
-where
-    T: Send,
-{
+/// Runs a long pass without the GIL, `f` given [`python_signal_raised`] as its cancel hook: a signal
+/// handler's exception (Ctrl-C's `KeyboardInterrupt`) is raised in place of the pass's "interrupted"
+/// error; other errors go through `err`.
+fn interruptible<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce(fn() -> bool) -> Result<T, Error> + Send,
+    err: impl FnOnce(Error) -> PyErr,
+) -> PyResult<T> {
     STOPPED_BY.set(None);
     CHECKED.set(None);
-    let hooks = Hooks { on_temporary_file: None, cancel: Some(python_signal_raised) };
-    let r = py.detach(|| f(&hooks));
+    let r = py.detach(|| f(python_signal_raised));
     match (r, STOPPED_BY.take()) {
         (Err(_), Some(raised)) => Err(raised),
-        (r, _) => r.map_err(py_err),
+        (r, _) => r.map_err(err),
     }
 }
 
@@ -127,9 +128,14 @@ pub fn convert<'py>(
                 access,
                 hooks: Hooks::default(),
             };
-            interruptible(py, |hooks| {
-                ctf_to_cbf(&input, &output, &schema, &CtfToCbf { hooks: *hooks, ..how }, &mut |_| {})
-            })
+            interruptible(
+                py,
+                |cancel| {
+                    let hooks = Hooks { cancel: Some(cancel), ..Hooks::default() };
+                    ctf_to_cbf(&input, &output, &schema, &CtfToCbf { hooks, ..how }, &mut |_| {})
+                },
+                py_err,
+            )
         }
         (Format::Ctf, _) => {
             return Err(usage(format!(
@@ -143,7 +149,14 @@ pub fn convert<'py>(
                 _ => CbfOptions::default(),
             };
             let aliases = aliases.unwrap_or_default();
-            interruptible(py, |hooks| cbf_to_ctf(&input, &output, &options, &aliases, hooks, &mut |_| {}))
+            interruptible(
+                py,
+                |cancel| {
+                    let hooks = Hooks { cancel: Some(cancel), ..Hooks::default() };
+                    cbf_to_ctf(&input, &output, &options, &aliases, &hooks, &mut |_| {})
+                },
+                py_err,
+            )
         }
     }?;
     let d = PyDict::new(py);
@@ -170,23 +183,37 @@ pub fn validate<'py>(
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let spec = config.map(from_dict).transpose()?;
-    let vo = ValidateOptions { threads: self::threads(threads), limit, warnings };
+    let vo = ValidateOptions { threads: self::threads(threads), limit, warnings, cancel: None };
     let format = py.detach(|| detect_format(&path)).map_err(|e| py_err(at_path(e, &path)))?;
+    let err = |e| py_err(at_path(e, &path));
     let r = match (format, spec) {
-        (Format::Cbf, Some(Spec::Cbf { options, .. })) => py.detach(|| validate_cbf(&path, &options, &mut |_| {})),
-        (Format::Cbf, _) => py.detach(|| validate_cbf(&path, &CbfOptions::default(), &mut |_| {})),
-        (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => py.detach(|| {
-            let file = InputFile::open(&path, access)?;
-            validate_ctf(&file, &schema, &options, &vo, &mut |_| {}, &mut |_| {})
-        }),
+        (Format::Cbf, spec) => {
+            let options = match spec {
+                Some(Spec::Cbf { options, .. }) => options,
+                _ => CbfOptions::default(),
+            };
+            interruptible(
+                py,
+                |cancel| validate_cbf(&path, &options, &ValidateOptions { cancel: Some(cancel), ..vo }, &mut |_| {}),
+                err,
+            )
+        }
+        (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => interruptible(
+            py,
+            |cancel| {
+                let file = InputFile::open(&path, access)?;
+                let vo = ValidateOptions { cancel: Some(cancel), ..vo };
+                validate_ctf(&file, &schema, &options, &vo, &mut |_| {}, &mut |_| {})
+            },
+            err,
+        ),
         (Format::Ctf, _) => {
             return Err(usage(format!(
                 "{} is CTF: validating it needs its streams (a StreamDefs or a CTFDeserializer)",
                 path.display()
             )))
         }
-    }
-    .map_err(|e| py_err(at_path(e, &path)))?;
+    }?;
     let shown = path.display().to_string();
     let errors = PyList::empty(py);
     let warns = PyList::empty(py);

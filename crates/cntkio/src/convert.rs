@@ -81,26 +81,10 @@ pub struct Hooks {
     /// read: for a caller that must be able to remove it when the process dies (say from a signal
     /// handler). The file is renamed over the output at the end, or removed when the conversion fails.
     pub on_temporary_file: Option<fn(&Path)>,
-    /// Asked between chunks (every few milliseconds) whether to stop: `true` ends the conversion with an
-    /// [`interrupted`] error, the temporary output removed and the target untouched (say when the user
-    /// pressed Ctrl-C in a host that handles signals itself, such as Python).
+    /// Asked between chunks (every few milliseconds) whether to stop: `true` ends the conversion with the
+    /// [`interrupted`](crate::interrupted) error, the temporary output removed and the target untouched
+    /// (say when the user pressed Ctrl-C in a host that handles signals itself, such as Python).
     pub cancel: Option<fn() -> bool>,
-}
-
-impl Hooks {
-    /// The error if `cancel` says to stop.
-    fn check(&self) -> Result<(), Error> {
-        match self.cancel {
-            Some(f) if f() => Err(interrupted()),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// The error of a conversion stopped by [`Hooks::cancel`]: an I/O error of kind
-/// [`Interrupted`](std::io::ErrorKind::Interrupted).
-pub fn interrupted() -> Error {
-    Error::io("the conversion was interrupted", std::io::Error::from(std::io::ErrorKind::Interrupted))
 }
 
 /// Converts a CTF file to CBF. The values written are exactly those the CTF reader delivers; CBF streams
@@ -125,7 +109,7 @@ pub fn ctf_to_cbf(
             &read_opts,
             &how.scan,
             |p| {
-                how.hooks.check()?;
+                crate::check_cancel(how.hooks.cancel)?;
                 summary.tolerated_errors += p.num_errors;
                 summary.dropped_sequences += p.num_dropped;
                 Ok((ControlFlow::Continue(()), hand(p.data)?))
@@ -226,7 +210,7 @@ pub fn cbf_to_ctf(
     let mut text = Vec::new();
     let mut summary = ConvertSummary::default();
     for k in 0..cbf.chunk_count() {
-        hooks.check()?;
+        crate::check_cancel(hooks.cancel)?;
         let data = cbf.read_chunk(k)?;
         text.clear();
         writer.write_chunk(&data, &mut text)?;

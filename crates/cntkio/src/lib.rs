@@ -24,3 +24,18 @@ mod output;
 
 pub use ctf::{CtfIndex, CtfReader};
 pub use input::{Access, InputFile};
+
+/// The error of a pass stopped by its caller's `cancel` hook ([`convert::Hooks::cancel`],
+/// [`validate::ValidateOptions::cancel`]): an I/O error of kind
+/// [`Interrupted`](std::io::ErrorKind::Interrupted).
+pub fn interrupted() -> Error {
+    Error::io("interrupted", std::io::Error::from(std::io::ErrorKind::Interrupted))
+}
+
+/// [`interrupted`] if `cancel` says to stop.
+pub(crate) fn check_cancel(cancel: Option<fn() -> bool>) -> Result<(), Error> {
+    match cancel {
+        Some(f) if f() => Err(interrupted()),
+        _ => Ok(()),
+    }
+}

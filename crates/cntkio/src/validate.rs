@@ -33,7 +33,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 /// How to validate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct ValidateOptions {
     /// CTF parser threads (1: the calling thread only).
     pub threads: usize,
@@ -41,11 +41,15 @@ pub struct ValidateOptions {
     pub limit: usize,
     /// Collect CTF warnings (samples zero-filled, unknown names…).
     pub warnings: bool,
+    /// Asked between chunks whether to stop: `true` ends the validation with the
+    /// [`interrupted`](crate::interrupted) error (say when the user pressed Ctrl-C in a host that handles
+    /// signals itself, such as Python).
+    pub cancel: Option<fn() -> bool>,
 }
 
 impl Default for ValidateOptions {
     fn default() -> Self {
-        ValidateOptions { threads: 1, limit: 1000, warnings: false }
+        ValidateOptions { threads: 1, limit: 1000, warnings: false, cancel: None }
     }
 }
 
@@ -199,6 +203,7 @@ pub fn validate_ctf(
         opts,
         &scan,
         |p| {
+            crate::check_cancel(vo.cancel)?;
             r.sequences += p.data.num_sequences() as u64;
             r.samples += p.data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
             for (t, d) in r.stream_samples.iter_mut().zip(&p.data.streams) {
@@ -232,11 +237,16 @@ pub fn validate_ctf(
 }
 
 /// Validates a CBF file: decodes every chunk and checks what CNTK's reader fails on. `progress` gets the
-/// byte offset of each chunk done. Errors: I/O errors only (a damaged file is reported in
-/// [`Report::fatal`], with the path).
-pub fn validate_cbf(path: &Path, options: &CbfOptions, progress: &mut dyn FnMut(u64)) -> Result<Report, Error> {
+/// byte offset of each chunk done. Of `vo`, only `cancel` applies (asked before each chunk). Errors: I/O
+/// errors only (a damaged file is reported in [`Report::fatal`], with the path).
+pub fn validate_cbf(
+    path: &Path,
+    options: &CbfOptions,
+    vo: &ValidateOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Report, Error> {
     let mut r = Report::new(path, Format::Cbf);
-    let res = check_cbf(path, options, &mut r, progress);
+    let res = check_cbf(path, options, vo.cancel, &mut r, progress);
     r.errors = r.problems.iter().filter(|p| p.fatal).count() as u64;
     r.warnings = r.problems.len() as u64 - r.errors;
     match res {
@@ -247,7 +257,13 @@ pub fn validate_cbf(path: &Path, options: &CbfOptions, progress: &mut dyn FnMut(
     Ok(r)
 }
 
-fn check_cbf(path: &Path, options: &CbfOptions, r: &mut Report, progress: &mut dyn FnMut(u64)) -> Result<(), Error> {
+fn check_cbf(
+    path: &Path,
+    options: &CbfOptions,
+    cancel: Option<fn() -> bool>,
+    r: &mut Report,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), Error> {
     let f = CbfFile::open_with(path, options)?;
     let problem = |fatal: bool, message: String, offset: Option<u64>, empty_sequence: Option<u64>| {
         let mut e =
@@ -268,6 +284,7 @@ fn check_cbf(path: &Path, options: &CbfOptions, r: &mut Report, progress: &mut d
     let mut data = ChunkData::new(&f.schema()?);
     let mut empty = Vec::new();
     for (k, c) in f.chunks().iter().enumerate() {
+        crate::check_cancel(cancel)?;
         let s = f.read_chunk_into(k, &mut buf, &mut data)?;
         if s.meta_total != u64::from(c.num_samples) {
             r.problems.push(problem(

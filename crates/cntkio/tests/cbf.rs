@@ -478,7 +478,8 @@ fn dropping_the_writer_leaves_the_target_untouched() {
 /// with no output and no temporary file; the hook that noted the temporary file named one that is gone.
 #[test]
 fn conversions_stop_when_asked_and_leave_nothing() {
-    use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, interrupted, CtfToCbf, Hooks};
+    use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, CtfToCbf, Hooks};
+    use cntkio::interrupted;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
     static ASKED: AtomicUsize = AtomicUsize::new(0);

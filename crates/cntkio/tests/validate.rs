@@ -78,7 +78,9 @@ fn cbf_valid_and_damaged() {
         eprintln!("skipped: no shared data");
         return;
     }
-    let r = validate_cbf(&real.join("Simple_dense.bin"), &CbfOptions::default(), &mut |_| {}).unwrap();
+    let r =
+        validate_cbf(&real.join("Simple_dense.bin"), &CbfOptions::default(), &ValidateOptions::default(), &mut |_| {})
+            .unwrap();
     assert_eq!((r.format, r.sequences, r.samples, r.valid()), (Format::Cbf, 10000, 10000, true));
     assert!(r.problems.is_empty() && r.verdict() == "valid");
     let d = tempfile::tempdir().unwrap();
@@ -86,10 +88,53 @@ fn cbf_valid_and_damaged() {
     bytes[52..56].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
     let p = d.path().join("n.bin");
     std::fs::write(&p, &bytes).unwrap();
-    let r = validate_cbf(&p, &CbfOptions::default(), &mut |_| {}).unwrap();
+    let r = validate_cbf(&p, &CbfOptions::default(), &ValidateOptions::default(), &mut |_| {}).unwrap();
     let fatal = r.fatal.as_ref().expect("a damaged chunk is fatal");
     assert_eq!((fatal.code(), fatal.position().path.as_deref()), ("E0100", Some(p.display().to_string().as_str())));
     assert_eq!((r.valid(), r.total_errors(), r.verdict().as_str()), (false, 1, "invalid: the file cannot be read"));
     // I/O errors are returned
-    assert!(validate_cbf(&d.path().join("missing.bin"), &CbfOptions::default(), &mut |_| {}).unwrap_err().is_io());
+    assert!(validate_cbf(
+        &d.path().join("missing.bin"),
+        &CbfOptions::default(),
+        &ValidateOptions::default(),
+        &mut |_| {}
+    )
+    .unwrap_err()
+    .is_io());
+}
+
+/// A validation asked to stop (its `cancel` hook, asked before each chunk) ends with the "interrupted" error.
+#[test]
+fn validations_stop_when_asked() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static ASKED: AtomicUsize = AtomicUsize::new(0);
+    // Stops when asked the second time: after the first chunk.
+    fn second_time() -> bool {
+        ASKED.fetch_add(1, Ordering::SeqCst) == 1
+    }
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("v.ctf");
+    let text: String = (0..1000).map(|i| format!("{i} |x 1 2 |y 0:1\n")).collect();
+    std::fs::write(&p, text).unwrap();
+    let opts = CtfOptions { chunk_size: 1000, ..CtfOptions::default() };
+    let file = InputFile::open(&p, Access::Read).unwrap();
+    let vo = ValidateOptions { cancel: Some(second_time), ..ValidateOptions::default() };
+    let e = validate_ctf(&file, &schema(), &opts, &vo, &mut |_| {}, &mut |_| {}).expect_err("stopped");
+    assert_eq!(e.to_string(), cntkio::interrupted().to_string());
+    assert_eq!(ASKED.swap(0, Ordering::SeqCst), 2, "asked once per chunk until it said stop");
+
+    // A CBF file of several chunks.
+    let cbf = d.path().join("v.cbf");
+    let how = cntkio::convert::CtfToCbf {
+        ctf: CtfOptions::default(),
+        writer: cntkio::cbf::CbfWriterOptions::new(1000),
+        scan: Default::default(),
+        access: Access::Read,
+        hooks: Default::default(),
+    };
+    let s = cntkio::convert::ctf_to_cbf(&p, &cbf, &schema(), &how, &mut |_| {}).unwrap();
+    assert!(s.chunks > 2);
+    let e = validate_cbf(&cbf, &CbfOptions::default(), &vo, &mut |_| {}).expect_err("stopped");
+    assert_eq!(e.to_string(), cntkio::interrupted().to_string());
+    assert_eq!(ASKED.load(Ordering::SeqCst), 2);
 }
