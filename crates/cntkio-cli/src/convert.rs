@@ -5,7 +5,7 @@ use crate::output::Progress;
 use crate::signals::{self, Task};
 use crate::EXIT_OK;
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams, MetaCounts};
-use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CtfToCbf, Format};
+use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, CtfToCbf, Format};
 use cntkio::ctf::ScanOptions;
 use cntkio::{Access, ElementType, Error, Schema, StorageFormat, StreamSpec};
 use std::path::Path;
@@ -31,9 +31,8 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
                 signals::prepare_for_maps(Task::Conversion, &[(&a.input, "leave out --mmap")]);
                 signals::reading_mapped(Some(0));
             }
-            let s = converting(&a.output, || {
-                cbf_to_ctf(&a.input, &a.output, &opts, &aliases, &signals::hooks(), &mut |b| progress.set(b))
-            })?;
+            let how = CbfToCtf { cbf: opts, aliases, threads: a.read.threads(), hooks: signals::hooks() };
+            let s = converting(&a.output, || cbf_to_ctf(&a.input, &a.output, &how, &mut |b| progress.set(b)))?;
             ("CBF → CTF", s)
         }
         Format::Ctf => {

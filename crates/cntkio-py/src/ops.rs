@@ -3,7 +3,7 @@
 use crate::errors::{at_path, error_fields, py_err, usage};
 use crate::spec::{from_dict, Spec};
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams};
-use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CtfToCbf, Format, Hooks};
+use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, CtfToCbf, Format, Hooks};
 use cntkio::ctf::ScanOptions;
 use cntkio::validate::{validate_cbf, validate_ctf, ValidateOptions};
 use cntkio::{Error, InputFile};
@@ -153,7 +153,8 @@ pub fn convert<'py>(
                 py,
                 |cancel| {
                     let hooks = Hooks { cancel: Some(cancel), ..Hooks::default() };
-                    cbf_to_ctf(&input, &output, &options, &aliases, &hooks, &mut |_| {})
+                    let how = CbfToCtf { cbf: options, aliases, threads: nthreads, hooks };
+                    cbf_to_ctf(&input, &output, &how, &mut |_| {})
                 },
                 py_err,
             )

@@ -1,14 +1,15 @@
 //! Conversions: CTF → CBF (what CNTK's `ctf2bin.py` does, with the CTF reader's exact values) and
 //! CBF → CTF. Outputs are written to a temporary file in the target folder and renamed when complete.
 
+use crate::cbf::sink::Sink;
 use crate::cbf::{CbfFile, CbfOptions, CbfWriter, CbfWriterOptions};
 use crate::ctf::{scan_file_owned, ScanOptions};
 use crate::input::{Access, InputFile};
 use crate::{ChunkData, CtfOptions, Error, Schema};
 use cntkio_core::ctf::write::CtfWriter;
-use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The two formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +58,9 @@ pub struct ConvertSummary {
 /// The CTF chunk size used while converting: the CBF writer regroups sequences by its own chunk size, so
 /// reading in smaller pieces only bounds the memory in flight. It never changes the data.
 const CONVERT_READ_CHUNK: u64 = 2 << 20;
+
+/// How many bytes of CTF text the writer of a CBF → CTF conversion may hold on their way to the disk.
+const CTF_OUT_PIECE: u64 = 8 << 20;
 
 /// How a CTF → CBF conversion reads and writes.
 #[derive(Debug, Clone)]
@@ -175,22 +179,70 @@ pub fn ctf_to_cbf(
     Ok(summary)
 }
 
+/// About how many values each thread of a CBF → CTF conversion turns into text at a time (a few MB).
+const TEXT_PART_VALUES: u64 = 1 << 19;
+
+/// `data`'s sequences cut into consecutive ranges of about `values` values each (a sequence is never
+/// cut; a range holds at least one).
+fn parts(data: &ChunkData, values: u64) -> Vec<std::ops::Range<usize>> {
+    let n = data.num_sequences();
+    let mut out = Vec::new();
+    let (mut from, mut acc) = (0, 0u64);
+    for s in 0..n {
+        acc += data.streams.iter().map(|d| sequence_values(d, s)).sum::<u64>().max(1);
+        if acc >= values || s + 1 == n {
+            out.push(from..s + 1);
+            from = s + 1;
+            acc = 0;
+        }
+    }
+    out
+}
+
+/// How many values sequence `s` of a stream holds (0 if its offsets are inconsistent: the writer then
+/// reports them).
+fn sequence_values(d: &crate::StreamData, s: usize) -> u64 {
+    let (Some(&a), Some(&b)) = (d.sequence_offsets.get(s), d.sequence_offsets.get(s + 1)) else { return 0 };
+    match &d.layout {
+        crate::Layout::Dense => b.saturating_sub(a).saturating_mul(d.dim as u64),
+        crate::Layout::Sparse { sample_offsets, .. } => {
+            let at = |k: u64| usize::try_from(k).ok().and_then(|k| sample_offsets.get(k).copied());
+            match (at(a), at(b)) {
+                (Some(x), Some(y)) => y.saturating_sub(x),
+                _ => 0,
+            }
+        }
+    }
+}
+
+/// How a CBF → CTF conversion reads and writes.
+#[derive(Debug, Clone, Default)]
+pub struct CbfToCtf {
+    /// How the CBF file is opened.
+    pub cbf: CbfOptions,
+    /// `(stream name, alias)` pairs: each stream is written as `|alias`, else `|name`.
+    pub aliases: Vec<(String, String)>,
+    /// Threads turning chunks into text (0: one per core).
+    pub threads: usize,
+    /// Callbacks.
+    pub hooks: Hooks,
+}
+
 /// Converts a CBF file to CTF text that CNTK's CTF reader reads as the same data. Each stream is written
-/// as `|alias` with the alias given for its name in `aliases` (`(name, alias)` pairs), else its name;
-/// every value is written so that CNTK's parser gives back its bits.
+/// as `|alias` with the alias given for its name, else its name; every value is written so that CNTK's
+/// parser gives back its bits. Chunks become text on `threads` threads, in parts of a few MB written in
+/// order; memory holds about two decoded chunks and a few parts per thread.
 pub fn cbf_to_ctf(
     input: &Path,
     output: &Path,
-    options: &CbfOptions,
-    aliases: &[(String, String)],
-    hooks: &Hooks,
+    how: &CbfToCtf,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ConvertSummary, Error> {
     refuse_same_file(input, output)?;
-    let cbf = CbfFile::open_with(input, options)?;
+    let cbf = CbfFile::open_with(input, &how.cbf)?;
     let mut streams = cbf.schema()?.streams().to_vec();
     for s in &mut streams {
-        if let Some((_, a)) = aliases.iter().find(|(n, _)| *n == s.name) {
+        if let Some((_, a)) = how.aliases.iter().find(|(n, _)| *n == s.name) {
             s.alias = a.clone();
         }
     }
@@ -202,26 +254,117 @@ pub fn cbf_to_ctf(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| Error::io(format!("cannot create a temporary file beside {shown}"), e))?;
-    if let Some(f) = hooks.on_temporary_file {
+    if let Some(f) = how.hooks.on_temporary_file {
         f(tmp.path());
     }
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp);
-    let mut writer = CtfWriter::new(&schema);
-    let mut text = Vec::new();
+    // Written as the CBF writer writes: direct I/O from a background thread where the file system
+    // allows it (through the page cache, writing a GB cost several seconds of system time).
+    let io = |e| Error::io(format!("cannot write {shown}"), e);
+    let mut out = Sink::new(tmp.as_file(), tmp.path(), true, CTF_OUT_PIECE).map_err(io)?;
+    let threads = match how.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     let mut summary = ConvertSummary::default();
-    for k in 0..cbf.chunk_count() {
-        crate::check_cancel(hooks.cancel)?;
-        let data = cbf.read_chunk(k)?;
+    // A part of a chunk (a range of its sequences, about `TEXT_PART_VALUES` values) as text. Each part
+    // gets a writer of its own: CBF keys are sequence positions, so neighbouring parts never repeat one.
+    type Part = (Arc<ChunkData>, std::ops::Range<usize>);
+    let text_of = |(data, seqs): &Part, mut text: Vec<u8>| -> Result<Vec<u8>, Error> {
         text.clear();
-        writer.write_chunk(&data, &mut text)?;
-        out.write_all(&text).map_err(|e| Error::io(format!("cannot write {shown}"), e))?;
-        summary.sequences += data.num_sequences() as u64;
-        summary.samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
-        summary.bytes_written += text.len() as u64;
-        summary.chunks += 1;
-        progress(cbf.chunks().get(k + 1).map_or(0, |c| c.offset));
-    }
-    let tmp = out.into_inner().map_err(|e| Error::io(format!("cannot write {shown}"), e.into_error()))?;
+        CtfWriter::new(&schema).write_sequences(data, seqs.clone(), &mut text)?;
+        Ok(text)
+    };
+    std::thread::scope(|sc| -> Result<(u64, u64, u64), Error> {
+        let (job_tx, job_rx) = crossbeam_channel::unbounded::<(usize, Part)>();
+        let (res_tx, res_rx) = crossbeam_channel::unbounded::<(usize, Result<Vec<u8>, Error>)>();
+        // Text buffers written out, for the threads to fill again.
+        let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
+        let mut started = 0;
+        for _ in 0..threads {
+            let (job_rx, res_tx, spare_rx, text_of) = (job_rx.clone(), res_tx.clone(), spare_rx.clone(), &text_of);
+            let worker = move || {
+                for (i, part) in job_rx {
+                    let text = text_of(&part, spare_rx.try_recv().unwrap_or_default());
+                    drop(part);
+                    if res_tx.send((i, text)).is_err() {
+                        break;
+                    }
+                }
+            };
+            // If some threads cannot be started, the others do the work.
+            match std::thread::Builder::new().name("cntkio-ctf-text".into()).spawn_scoped(sc, worker) {
+                Ok(_) => started += 1,
+                Err(e) if started == 0 => return Err(Error::io("start a thread", e)),
+                Err(_) => break,
+            }
+        }
+        drop(res_tx);
+        // Parts are numbered in file order and written in that order; at most `2 × started` are out
+        // (being turned into text, or waiting for those before them).
+        let limit = 2 * started;
+        let mut pending = std::collections::BTreeMap::new();
+        let (mut sent, mut done) = (0usize, 0usize);
+        let (mut sequences, mut samples, mut empty_chunks) = (0u64, 0u64, 0u64);
+        // After each part: the chunk it ends, if it ends one.
+        let mut chunk_ends: std::collections::VecDeque<Option<usize>> = Default::default();
+        let mut write_ready = |pending: &mut std::collections::BTreeMap<usize, Result<Vec<u8>, Error>>,
+                               done: &mut usize,
+                               chunk_ends: &mut std::collections::VecDeque<Option<usize>>|
+         -> Result<(), Error> {
+            while let Some(r) = pending.remove(done) {
+                let text = r?;
+                out.put(&text).map_err(io)?;
+                summary.bytes_written += text.len() as u64;
+                *done += 1;
+                if let Some(Some(k)) = chunk_ends.pop_front() {
+                    summary.chunks += 1;
+                    progress(cbf.chunks().get(k + 1).map_or(0, |c| c.offset));
+                }
+                let _ = spare_tx.send(text);
+            }
+            Ok(())
+        };
+        let wait = |pending: &mut std::collections::BTreeMap<usize, Result<Vec<u8>, Error>>| -> Result<(), Error> {
+            let (i, r) = res_rx.recv().map_err(|_| Error::config("the text threads stopped"))?;
+            pending.insert(i, r);
+            Ok(())
+        };
+        for k in 0..cbf.chunk_count() {
+            crate::check_cancel(how.hooks.cancel)?;
+            let data = Arc::new(cbf.read_chunk(k)?);
+            sequences += data.num_sequences() as u64;
+            samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+            let parts = parts(&data, TEXT_PART_VALUES);
+            let last = parts.len().saturating_sub(1);
+            if parts.is_empty() {
+                empty_chunks += 1;
+                continue;
+            }
+            for (j, seqs) in parts.into_iter().enumerate() {
+                while sent - done >= limit {
+                    wait(&mut pending)?;
+                    write_ready(&mut pending, &mut done, &mut chunk_ends)?;
+                }
+                chunk_ends.push_back((j == last).then_some(k));
+                job_tx
+                    .send((sent, (Arc::clone(&data), seqs)))
+                    .map_err(|_| Error::config("the text threads stopped"))?;
+                sent += 1;
+            }
+        }
+        while done < sent {
+            wait(&mut pending)?;
+            write_ready(&mut pending, &mut done, &mut chunk_ends)?;
+        }
+        Ok((sequences, samples, empty_chunks))
+    })
+    .map(|(sequences, samples, empty_chunks)| {
+        summary.sequences = sequences;
+        summary.samples = samples;
+        summary.chunks += empty_chunks;
+    })?;
+    let len = out.finish().map_err(io)?;
+    tmp.as_file().set_len(len).map_err(io)?;
     crate::output::persist(tmp, output)?;
     Ok(summary)
 }

@@ -478,7 +478,7 @@ fn dropping_the_writer_leaves_the_target_untouched() {
 /// with no output and no temporary file; the hook that noted the temporary file named one that is gone.
 #[test]
 fn conversions_stop_when_asked_and_leave_nothing() {
-    use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, CtfToCbf, Hooks};
+    use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, CbfToCtf, CtfToCbf, Hooks};
     use cntkio::interrupted;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
@@ -515,7 +515,7 @@ fn conversions_stop_when_asked_and_leave_nothing() {
     how.hooks = hooks;
     let conversions: [&dyn Fn() -> Result<_, _>; 2] =
         [&|| ctf_to_cbf(&src, &dir.path().join("again.cbf"), &schema, &how, &mut |_| {}), &|| {
-            cbf_to_ctf(&cbf, &dir.path().join("back.ctf"), &CbfOptions::default(), &[], &hooks, &mut |_| {})
+            cbf_to_ctf(&cbf, &dir.path().join("back.ctf"), &CbfToCtf { hooks, ..Default::default() }, &mut |_| {})
         }];
     for convert in conversions {
         let e = convert().expect_err("stopped");
@@ -1109,4 +1109,50 @@ fn small_multi_chunk() -> Vec<u8> {
     .unwrap();
     let (x, y) = split(&d, 1);
     cbf::encode_file(&cbf::StreamHeader::from_schema(&schema), &[x, y]).unwrap()
+}
+
+/// CBF → CTF cuts each chunk into parts turned into text on several threads: the file is the one a single
+/// writer gives, chunk after chunk (here with chunks of about a million values, two parts or more each).
+#[test]
+fn cbf_to_ctf_in_parts_on_threads_writes_what_one_writer_writes() {
+    use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, CbfToCtf, CtfToCbf};
+    use cntkio_core::ctf::write::CtfWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("in.ctf");
+    let mut text = String::new();
+    for i in 0..30_000u32 {
+        // Sequences of 1-3 rows; values of every kind of length.
+        for r in 0..1 + i % 3 {
+            let x: Vec<String> = (0..40).map(|k| format!("{}", f64::from(i * 40 + k + r) / 7.0 - 3000.0)).collect();
+            text.push_str(&format!("{i} |x {} |y {}:1\n", x.join(" "), (i + r) % 10));
+        }
+    }
+    std::fs::write(&src, text).unwrap();
+    let schema = Schema::new(vec![
+        spec("x", "x", StorageFormat::Dense, 40, ElementType::F32),
+        spec("y", "y", StorageFormat::Sparse, 10, ElementType::F64),
+    ])
+    .unwrap();
+    let cbf = dir.path().join("mid.cbf");
+    let how = CtfToCbf {
+        ctf: Default::default(),
+        writer: CbfWriterOptions::new(4 << 20),
+        scan: Default::default(),
+        access: Default::default(),
+        hooks: Default::default(),
+    };
+    ctf_to_cbf(&src, &cbf, &schema, &how, &mut |_| {}).unwrap();
+    let f = CbfFile::open(&cbf).unwrap();
+    assert!(f.chunk_count() >= 2, "{} chunks", f.chunk_count());
+    let mut expected = Vec::new();
+    let mut one = CtfWriter::new(&f.schema().unwrap());
+    for k in 0..f.chunk_count() {
+        one.write_chunk(&f.read_chunk(k).unwrap(), &mut expected).unwrap();
+    }
+    for threads in [1, 2, 3] {
+        let back = dir.path().join(format!("back{threads}.ctf"));
+        let s = cbf_to_ctf(&cbf, &back, &CbfToCtf { threads, ..Default::default() }, &mut |_| {}).unwrap();
+        assert!(std::fs::read(&back).unwrap() == expected, "{threads} threads");
+        assert_eq!((s.chunks, s.bytes_written), (f.chunk_count() as u64, expected.len() as u64));
+    }
 }

@@ -62,7 +62,11 @@ pub fn format_f32(x: f32, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
 trait Target {
     fn cmp(&self, parsed: f64) -> Ordering;
     /// Shortest decimal digits of the target, ryu style.
-    fn shortest(&self, buf: &mut ryu::Buffer) -> String;
+    fn shortest_str<'b>(&self, buf: &'b mut ryu::Buffer) -> &'b str;
+    /// [`Target::shortest_str`], owned.
+    fn shortest(&self, buf: &mut ryu::Buffer) -> String {
+        self.shortest_str(buf).to_string()
+    }
 }
 
 struct T64(f64);
@@ -70,8 +74,8 @@ impl Target for T64 {
     fn cmp(&self, p: f64) -> Ordering {
         p.partial_cmp(&self.0).unwrap_or(Ordering::Greater)
     }
-    fn shortest(&self, buf: &mut ryu::Buffer) -> String {
-        buf.format_finite(self.0).to_string()
+    fn shortest_str<'b>(&self, buf: &'b mut ryu::Buffer) -> &'b str {
+        buf.format_finite(self.0)
     }
 }
 
@@ -80,8 +84,8 @@ impl Target for T32 {
     fn cmp(&self, p: f64) -> Ordering {
         (p as f32).partial_cmp(&self.0).unwrap_or(Ordering::Greater)
     }
-    fn shortest(&self, buf: &mut ryu::Buffer) -> String {
-        buf.format_finite(self.0).to_string()
+    fn shortest_str<'b>(&self, buf: &'b mut ryu::Buffer) -> &'b str {
+        buf.format_finite(self.0)
     }
 }
 
@@ -118,7 +122,13 @@ fn format_with(x: f64, t: &impl Target, exact: impl Fn(f64) -> bool, out: &mut V
         out.push(b'-');
     }
     let body = out.len();
-    if find_text(x.abs(), t, out) && parse_all(&out[start..]).is_some_and(&exact) {
+    if fast_text(x.abs(), t, out) {
+        // For a positive value the fast path has already read back this very text (`exact` and the
+        // target's comparison agree on nonzero finite values).
+        if x > 0.0 || parse_all(&out[start..]).is_some_and(&exact) {
+            return Ok(());
+        }
+    } else if find_text(x.abs(), t, out) && parse_all(&out[start..]).is_some_and(&exact) {
         return Ok(());
     }
     // The sign is symmetric in CNTK's arithmetic, so this is not expected; stay safe anyway.
@@ -206,6 +216,81 @@ fn try_dec(d: &Dec, t: &impl Target, out: &mut Vec<u8>) -> bool {
         if parse_all(&out[start..]).is_some_and(|v| t.cmp(v) == Ordering::Equal) {
             return true;
         }
+    }
+    out.truncate(start);
+    false
+}
+
+/// The text [`find_text`] finds first, for the common values, without its allocations: a small
+/// integer's digits, else ryu's shortest digits in their natural form, if that reads back as the target
+/// (then it is [`find_text`]'s text too). False, with nothing appended, otherwise.
+fn fast_text(x: f64, t: &impl Target, out: &mut Vec<u8>) -> bool {
+    let start = out.len();
+    // An integer below 2^24 is exact in both precisions, so ryu's shortest digits are its own, and its
+    // natural form is positional (exponent below 8): its plain digits.
+    if x < 16_777_216.0 && x.fract() == 0.0 {
+        out.extend_from_slice(itoa::Buffer::new().format(x as u32).as_bytes());
+        if parse_all(&out[start..]).is_some_and(|v| t.cmp(v) == Ordering::Equal) {
+            return true;
+        }
+        out.truncate(start);
+        return false;
+    }
+    let mut buf = ryu::Buffer::new();
+    let s = t.shortest_str(&mut buf);
+    // What `dec_from` reads, into fixed arrays: digits without leading or trailing zeros, and the
+    // exponent of the first.
+    let (m, e) = match s.find(['e', 'E']) {
+        Some(i) => match s[i + 1..].parse::<i32>() {
+            Ok(e) => (&s[..i], e),
+            Err(_) => return false,
+        },
+        None => (s, 0),
+    };
+    let (int, frac) = m.split_once('.').unwrap_or((m, ""));
+    let mut digits = [0u8; 40];
+    let mut n = 0;
+    let mut pos = int.len() as i32 + e;
+    for c in int.bytes().chain(frac.bytes()) {
+        if !c.is_ascii_digit() || n == digits.len() {
+            return false;
+        }
+        if n == 0 && c == b'0' {
+            pos -= 1;
+            continue;
+        }
+        digits[n] = c;
+        n += 1;
+    }
+    while n > 0 && digits[n - 1] == b'0' {
+        n -= 1;
+    }
+    if n == 0 {
+        return false;
+    }
+    let d = &digits[..n];
+    let exp = pos - 1;
+    if !(-7..=20).contains(&exp) {
+        return false; // the natural form is scientific: left to `find_text`
+    }
+    // `render_positional`, on the array.
+    if exp >= 0 {
+        let int_len = exp as usize + 1;
+        if n <= int_len {
+            out.extend_from_slice(d);
+            out.resize(out.len() + int_len - n, b'0');
+        } else {
+            out.extend_from_slice(&d[..int_len]);
+            out.push(b'.');
+            out.extend_from_slice(&d[int_len..]);
+        }
+    } else {
+        out.extend_from_slice(b"0.");
+        out.resize(out.len() + (-exp - 1) as usize, b'0');
+        out.extend_from_slice(d);
+    }
+    if parse_all(&out[start..]).is_some_and(|v| t.cmp(v) == Ordering::Equal) {
+        return true;
     }
     out.truncate(start);
     false
@@ -341,6 +426,16 @@ impl CtfWriter {
     /// that); a key equals the previous sequence's key; a value cannot be written
     /// ([`ErrorKind::InvalidStream`] naming the stream, with the sequence key as position).
     pub fn write_chunk(&mut self, data: &ChunkData, out: &mut Vec<u8>) -> Result<(), Error> {
+        self.write_sequences(data, 0..data.keys.len(), out)
+    }
+
+    /// [`CtfWriter::write_chunk`] for sequences `seqs` of `data` only (a range of its sequences).
+    pub fn write_sequences(
+        &mut self,
+        data: &ChunkData,
+        seqs: std::ops::Range<usize>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
         let specs = self.schema.streams();
         if data.streams.len() != specs.len() {
             return Err(Error::config(format!(
@@ -370,7 +465,11 @@ impl CtfWriter {
             }
         }
         let mut ranges = vec![(0u64, 0u64); specs.len()];
-        for (s, &key) in data.keys.iter().enumerate() {
+        let keys = data
+            .keys
+            .get(seqs.clone())
+            .ok_or_else(|| Error::config(format!("sequences {seqs:?} of a chunk of {} sequences", data.keys.len())))?;
+        for (s, &key) in seqs.zip(keys) {
             if self.last_key == Some(key) {
                 return Err(Error::config(format!(
                     "sequence {s} has key {key}, like the sequence before it; CTF would merge the two"
@@ -394,8 +493,10 @@ impl CtfWriter {
             if !empty.is_empty() {
                 return Err(Error::new(ErrorKind::EmptyStream { sequence: key, streams: empty }).with_sequence(key));
             }
+            let mut key_text = itoa::Buffer::new();
+            let key_text = key_text.format(key).as_bytes();
             for r in 0..rows {
-                let _ = write!(out, "{key}");
+                out.extend_from_slice(key_text);
                 for (i, d) in data.streams.iter().enumerate() {
                     let (a, b) = ranges[i];
                     if a + r >= b {
@@ -453,7 +554,8 @@ fn write_sample(d: &StreamData, k: u64, out: &mut Vec<u8>) -> Result<(), SampleE
             if ix < 0 || ix as usize >= d.dim {
                 return Err(SampleError::Index(ix));
             }
-            let _ = write!(out, "{ix}:");
+            out.extend_from_slice(itoa::Buffer::new().format(ix).as_bytes());
+            out.push(b':');
         }
         let r = match &d.values {
             Values::F32(v) => format_f32(v[j], out).map_err(|_| SampleError::Value(f64::from(v[j]))),
@@ -630,6 +732,40 @@ mod tests {
             let x = f32::from_bits(bits);
             let s = text32(x);
             prop_assert_eq!(back32(&s), bits, "{:e} -> {}", x, s);
+        }
+
+        /// Whenever the fast path gives a text, it is the one `find_text` gives: random bits, short
+        /// decimals such as data files hold, and integers around the 2^24 limit.
+        #[test]
+        fn the_fast_path_writes_what_find_text_writes(
+            bits in any::<u64>(),
+            short in 0u32..100_000_000,
+            scale in 0i32..12,
+            int in 0u32..(1 << 25),
+        ) {
+            let as64 = f64::from_bits(bits & !(1u64 << 63));
+            let decimal = f64::from(short) / 10f64.powi(scale);
+            for x in [as64, decimal, f64::from(int), f64::from(int) + 0.5] {
+                let x32 = x as f32;
+                if x.is_finite() && x > 0.0 {
+                    let (mut fast, mut full) = (Vec::new(), Vec::new());
+                    if fast_text(x, &T64(x), &mut fast) {
+                        prop_assert!(find_text(x, &T64(x), &mut full));
+                        prop_assert_eq!(&fast, &full, "f64 {:e}", x);
+                    } else {
+                        prop_assert!(fast.is_empty());
+                    }
+                }
+                if x32.is_finite() && x32 > 0.0 {
+                    let (mut fast, mut full) = (Vec::new(), Vec::new());
+                    if fast_text(f64::from(x32), &T32(x32), &mut fast) {
+                        prop_assert!(find_text(f64::from(x32), &T32(x32), &mut full));
+                        prop_assert_eq!(&fast, &full, "f32 {:e}", x32);
+                    } else {
+                        prop_assert!(fast.is_empty());
+                    }
+                }
+            }
         }
 
         #[test]

@@ -23,7 +23,7 @@
 //! assert_eq!(f.read_chunk(0).unwrap().streams, data.streams);
 //! ```
 
-mod sink;
+pub(crate) mod sink;
 mod writer;
 
 pub use cntkio_core::cbf::{ChunkEntry, DecodeSummary, Header, Limits, StreamHeader};
