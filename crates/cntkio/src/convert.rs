@@ -331,7 +331,17 @@ pub fn cbf_to_ctf(
         };
         for k in 0..cbf.chunk_count() {
             crate::check_cancel(how.hooks.cancel)?;
-            let data = Arc::new(cbf.read_chunk(k)?);
+            let data = match cbf.read_chunk(k) {
+                Ok(d) => Arc::new(d),
+                Err(e) => {
+                    // An error of an earlier part comes first, as it would one chunk at a time.
+                    while done < sent {
+                        wait(&mut pending)?;
+                        write_ready(&mut pending, &mut done, &mut chunk_ends)?;
+                    }
+                    return Err(e);
+                }
+            };
             sequences += data.num_sequences() as u64;
             samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
             let parts = parts(&data, TEXT_PART_VALUES);

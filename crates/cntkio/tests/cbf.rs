@@ -1156,3 +1156,34 @@ fn cbf_to_ctf_in_parts_on_threads_writes_what_one_writer_writes() {
         assert_eq!((s.chunks, s.bytes_written), (f.chunk_count() as u64, expected.len() as u64));
     }
 }
+
+/// A chunk that cannot be read stops CBF → CTF with its error, after the parts before it: no output and
+/// no temporary file are left.
+#[test]
+fn cbf_to_ctf_stops_at_a_damaged_chunk_and_leaves_nothing() {
+    use cntkio::convert::{cbf_to_ctf, CbfToCtf};
+    let dir = tempfile::tempdir().unwrap();
+    let ctf = parse_ctf("10x10_dense");
+    let schema = real_schema("10x10_dense");
+    let path = dir.path().join("ok.bin");
+    let mut w = CbfWriter::create(&path, &schema, 100).unwrap();
+    w.write(&ctf).unwrap();
+    w.finish().unwrap();
+    let f = CbfFile::open(&path).unwrap();
+    assert!(f.chunk_count() >= 4, "{} chunks", f.chunk_count());
+    let c = f.chunks()[2];
+    // The first record's sample count, after the chunk's meta counts, becomes absurd.
+    let at = (c.offset + 4 * u64::from(c.num_sequences)) as usize;
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[at..at + 4].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    let bad = dir.path().join("bad.bin");
+    std::fs::write(&bad, &bytes).unwrap();
+    drop(f);
+    for threads in [1, 2] {
+        let out = dir.path().join("out.ctf");
+        let e = cbf_to_ctf(&bad, &out, &CbfToCtf { threads, ..Default::default() }, &mut |_| {}).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::CbfFormat { .. }), "{e}");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "only the two CBF files: {names:?}");
+    }
+}
