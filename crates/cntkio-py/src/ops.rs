@@ -70,17 +70,17 @@ fn python_signal_raised() -> bool {
     })
 }
 
-/// Runs a long pass without the GIL, `f` given [`python_signal_raised`] as its cancel hook: a signal
+/// Runs a long pass without the GIL, a pass whose cancel hook is [`python_signal_raised`]: a signal
 /// handler's exception (Ctrl-C's `KeyboardInterrupt`) is raised in place of the pass's "interrupted"
 /// error; other errors go through `err`.
 fn interruptible<T: Send>(
     py: Python<'_>,
-    f: impl FnOnce(fn() -> bool) -> Result<T, Error> + Send,
+    f: impl FnOnce() -> Result<T, Error> + Send,
     err: impl FnOnce(Error) -> PyErr,
 ) -> PyResult<T> {
     STOPPED_BY.set(None);
     CHECKED.set(None);
-    let r = py.detach(|| f(python_signal_raised));
+    let r = py.detach(f);
     match (r, STOPPED_BY.take()) {
         (Err(_), Some(raised)) => Err(raised),
         (r, _) => r.map_err(err),
@@ -126,16 +126,9 @@ pub fn convert<'py>(
                 writer,
                 scan: ScanOptions { threads: nthreads, skip_bad_sequences, ..ScanOptions::default() },
                 access,
-                hooks: Hooks::default(),
+                hooks: Hooks { cancel: Some(python_signal_raised), ..Hooks::default() },
             };
-            interruptible(
-                py,
-                |cancel| {
-                    let hooks = Hooks { cancel: Some(cancel), ..Hooks::default() };
-                    ctf_to_cbf(&input, &output, &schema, &CtfToCbf { hooks, ..how }, &mut |_| {})
-                },
-                py_err,
-            )
+            interruptible(py, || ctf_to_cbf(&input, &output, &schema, &how, &mut |_| {}), py_err)
         }
         (Format::Ctf, _) => {
             return Err(usage(format!(
@@ -149,15 +142,9 @@ pub fn convert<'py>(
                 _ => CbfOptions::default(),
             };
             let aliases = aliases.unwrap_or_default();
-            interruptible(
-                py,
-                |cancel| {
-                    let hooks = Hooks { cancel: Some(cancel), ..Hooks::default() };
-                    let how = CbfToCtf { cbf: options, aliases, threads: nthreads, hooks };
-                    cbf_to_ctf(&input, &output, &how, &mut |_| {})
-                },
-                py_err,
-            )
+            let hooks = Hooks { cancel: Some(python_signal_raised), ..Hooks::default() };
+            let how = CbfToCtf { cbf: options, aliases, threads: nthreads, hooks };
+            interruptible(py, || cbf_to_ctf(&input, &output, &how, &mut |_| {}), py_err)
         }
     }?;
     let d = PyDict::new(py);
@@ -184,7 +171,7 @@ pub fn validate<'py>(
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let spec = config.map(from_dict).transpose()?;
-    let vo = ValidateOptions { threads: self::threads(threads), limit, warnings, cancel: None };
+    let vo = ValidateOptions { threads: self::threads(threads), limit, warnings, cancel: Some(python_signal_raised) };
     let format = py.detach(|| detect_format(&path)).map_err(|e| py_err(at_path(e, &path)))?;
     let err = |e| py_err(at_path(e, &path));
     let r = match (format, spec) {
@@ -193,17 +180,12 @@ pub fn validate<'py>(
                 Some(Spec::Cbf { options, .. }) => options,
                 _ => CbfOptions::default(),
             };
-            interruptible(
-                py,
-                |cancel| validate_cbf(&path, &options, &ValidateOptions { cancel: Some(cancel), ..vo }, &mut |_| {}),
-                err,
-            )
+            interruptible(py, || validate_cbf(&path, &options, &vo, &mut |_| {}), err)
         }
         (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => interruptible(
             py,
-            |cancel| {
+            || {
                 let file = InputFile::open(&path, access)?;
-                let vo = ValidateOptions { cancel: Some(cancel), ..vo };
                 validate_ctf(&file, &schema, &options, &vo, &mut |_| {}, &mut |_| {})
             },
             err,

@@ -274,19 +274,20 @@ pub fn cbf_to_ctf(
         CtfWriter::new(&schema).write_sequences(data, seqs.clone(), &mut text)?;
         Ok(text)
     };
-    std::thread::scope(|sc| -> Result<(u64, u64, u64), Error> {
-        let (job_tx, job_rx) = crossbeam_channel::unbounded::<(usize, Part)>();
-        let (res_tx, res_rx) = crossbeam_channel::unbounded::<(usize, Result<Vec<u8>, Error>)>();
+    // Parts travel with their number in file order and the chunk they end, if they end one.
+    std::thread::scope(|sc| -> Result<(), Error> {
+        let (job_tx, job_rx) = crossbeam_channel::unbounded::<(usize, Part, Option<usize>)>();
+        let (res_tx, res_rx) = crossbeam_channel::unbounded::<(usize, Result<Vec<u8>, Error>, Option<usize>)>();
         // Text buffers written out, for the threads to fill again.
         let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
         let mut started = 0;
         for _ in 0..threads {
             let (job_rx, res_tx, spare_rx, text_of) = (job_rx.clone(), res_tx.clone(), spare_rx.clone(), &text_of);
             let worker = move || {
-                for (i, part) in job_rx {
+                for (i, part, ends) in job_rx {
                     let text = text_of(&part, spare_rx.try_recv().unwrap_or_default());
                     drop(part);
-                    if res_tx.send((i, text)).is_err() {
+                    if res_tx.send((i, text, ends)).is_err() {
                         break;
                     }
                 }
@@ -299,79 +300,67 @@ pub fn cbf_to_ctf(
             }
         }
         drop(res_tx);
-        // Parts are numbered in file order and written in that order; at most `2 × started` are out
+        let stopped = || Error::config("the text threads stopped");
+        // Parts are handed out in file order and written in that order; at most `2 × started` are out
         // (being turned into text, or waiting for those before them).
         let limit = 2 * started;
+        let mut chunks = 0..cbf.chunk_count();
+        // The parts of the chunk being handed out.
+        let mut queue = std::collections::VecDeque::new();
         let mut pending = std::collections::BTreeMap::new();
         let (mut sent, mut done) = (0usize, 0usize);
-        let (mut sequences, mut samples, mut empty_chunks) = (0u64, 0u64, 0u64);
-        // After each part: the chunk it ends, if it ends one.
-        let mut chunk_ends: std::collections::VecDeque<Option<usize>> = Default::default();
-        let mut write_ready = |pending: &mut std::collections::BTreeMap<usize, Result<Vec<u8>, Error>>,
-                               done: &mut usize,
-                               chunk_ends: &mut std::collections::VecDeque<Option<usize>>|
-         -> Result<(), Error> {
-            while let Some(r) = pending.remove(done) {
+        // A chunk that could not be read: its error comes once the parts before it are written (an error
+        // of theirs comes first, as it would one chunk at a time).
+        let mut failed = None;
+        loop {
+            while sent - done < limit && failed.is_none() {
+                if queue.is_empty() {
+                    let Some(k) = chunks.next() else { break };
+                    crate::check_cancel(how.hooks.cancel)?;
+                    let data = match cbf.read_chunk(k) {
+                        Ok(d) => Arc::new(d),
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    };
+                    summary.sequences += data.num_sequences() as u64;
+                    summary.samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+                    let parts = parts(&data, TEXT_PART_VALUES);
+                    if parts.is_empty() {
+                        summary.chunks += 1;
+                        continue;
+                    }
+                    let last = parts.len() - 1;
+                    queue.extend(
+                        parts
+                            .into_iter()
+                            .enumerate()
+                            .map(|(j, seqs)| ((Arc::clone(&data), seqs), (j == last).then_some(k))),
+                    );
+                }
+                let Some((part, ends)) = queue.pop_front() else { break };
+                job_tx.send((sent, part, ends)).map_err(|_| stopped())?;
+                sent += 1;
+            }
+            if done == sent {
+                break;
+            }
+            let (i, r, ends) = res_rx.recv().map_err(|_| stopped())?;
+            pending.insert(i, (r, ends));
+            while let Some((r, ends)) = pending.remove(&done) {
                 let text = r?;
                 out.put(&text).map_err(io)?;
                 summary.bytes_written += text.len() as u64;
-                *done += 1;
-                if let Some(Some(k)) = chunk_ends.pop_front() {
+                done += 1;
+                if let Some(k) = ends {
                     summary.chunks += 1;
                     progress(cbf.chunks().get(k + 1).map_or(0, |c| c.offset));
                 }
                 let _ = spare_tx.send(text);
             }
-            Ok(())
-        };
-        let wait = |pending: &mut std::collections::BTreeMap<usize, Result<Vec<u8>, Error>>| -> Result<(), Error> {
-            let (i, r) = res_rx.recv().map_err(|_| Error::config("the text threads stopped"))?;
-            pending.insert(i, r);
-            Ok(())
-        };
-        for k in 0..cbf.chunk_count() {
-            crate::check_cancel(how.hooks.cancel)?;
-            let data = match cbf.read_chunk(k) {
-                Ok(d) => Arc::new(d),
-                Err(e) => {
-                    // An error of an earlier part comes first, as it would one chunk at a time.
-                    while done < sent {
-                        wait(&mut pending)?;
-                        write_ready(&mut pending, &mut done, &mut chunk_ends)?;
-                    }
-                    return Err(e);
-                }
-            };
-            sequences += data.num_sequences() as u64;
-            samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
-            let parts = parts(&data, TEXT_PART_VALUES);
-            let last = parts.len().saturating_sub(1);
-            if parts.is_empty() {
-                empty_chunks += 1;
-                continue;
-            }
-            for (j, seqs) in parts.into_iter().enumerate() {
-                while sent - done >= limit {
-                    wait(&mut pending)?;
-                    write_ready(&mut pending, &mut done, &mut chunk_ends)?;
-                }
-                chunk_ends.push_back((j == last).then_some(k));
-                job_tx
-                    .send((sent, (Arc::clone(&data), seqs)))
-                    .map_err(|_| Error::config("the text threads stopped"))?;
-                sent += 1;
-            }
         }
-        while done < sent {
-            wait(&mut pending)?;
-            write_ready(&mut pending, &mut done, &mut chunk_ends)?;
-        }
-        Ok((sequences, samples, empty_chunks))
-    })
-    .map(|(sequences, samples, empty_chunks)| {
-        summary.sequences = sequences;
-        summary.samples = samples;
-        summary.chunks += empty_chunks;
+        failed.map_or(Ok(()), Err)
     })?;
     let len = out.finish().map_err(io)?;
     tmp.as_file().set_len(len).map_err(io)?;

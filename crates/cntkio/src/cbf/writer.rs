@@ -226,12 +226,6 @@ impl CbfWriter {
         })
     }
 
-    /// The temporary file the bytes go to until [`CbfWriter::finish`] renames it over the target (`None`
-    /// once finished).
-    pub fn temporary_path(&self) -> Option<&Path> {
-        self.tmp.as_ref().map(|t| t.path())
-    }
-
     /// The target path.
     pub fn path(&self) -> &Path {
         &self.path
