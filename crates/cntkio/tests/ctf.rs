@@ -354,3 +354,57 @@ fn passes_finding_rows_agree_with_the_indexed_pass() {
     // With a budget, and in validation, every file delivers chunks.
     assert_eq!(delivered, 2 * 40 * 4);
 }
+
+/// Resident kilobytes of this process's maps of `path` (Linux's `/proc/self/smaps`).
+#[cfg(target_os = "linux")]
+fn resident_kib_of(path: &Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = path.to_str().unwrap();
+    let mut inside = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let is_range = line.split_whitespace().next().is_some_and(|w| w.contains('-') && !w.ends_with(':'));
+        if is_range {
+            inside = line.ends_with(name);
+        } else if inside {
+            if let Some(v) = line.strip_prefix("Rss:") {
+                kib += v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    kib
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_mapped_scan_keeps_little_of_the_file_resident() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("data.ctf");
+    write_data(&p, 400_000);
+    let size = std::fs::metadata(&p).unwrap().len();
+    assert!(size > 16 << 20, "{size}");
+    let opts = CtfOptions { chunk_size: 1 << 20, ..CtfOptions::default() };
+    for threads in [1, 2] {
+        let f = InputFile::open(&p, Access::Mmap).unwrap();
+        let mut chunks = 0;
+        scan_file(
+            &f,
+            &schema(),
+            &opts,
+            &ScanOptions { threads, ..ScanOptions::default() },
+            |_| {
+                chunks += 1;
+                Ok(ControlFlow::Continue(()))
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+        assert!(chunks > 16);
+        // The map is still there; only pages the pass has not released (or that a later fault mapped
+        // again) are resident: a few, not the file.
+        let kib = resident_kib_of(&p);
+        assert!(kib < 2048, "{threads} thread(s): {kib} KiB of a {size}-byte file are still resident");
+        drop(f);
+        assert_eq!(resident_kib_of(&p), 0);
+    }
+}

@@ -71,6 +71,10 @@ pub fn scan_file(
     )
 }
 
+/// How far back before the last released end a streaming pass releases a mapped file's pages again
+/// (see `deliver` in [`scan_file_owned`]).
+const RELEASE_OVERLAP: u64 = 8 << 20;
+
 /// [`scan_file`] handing each chunk over: `consumer` keeps what it wants and may give back a
 /// [`ChunkData`] whose allocations the parsers reuse (fresh buffers for every chunk cost page faults).
 pub fn scan_file_owned(
@@ -97,6 +101,7 @@ pub fn scan_file_owned(
     let is_stop = |e: &Error| matches!(e.kind(), cntkio_core::ErrorKind::Config(s) if s == STOPPED);
     let mut summary = ScanSummary::default();
     let mut used = 0u64;
+    let mut released_to = 0u64;
     // Hands a chunk to the consumer and returns its buffers for reuse (fresh allocations of every chunk
     // would cost page faults). Returns Err(stop marker) when the consumer asks to stop.
     let mut deliver = |p: ParsedChunk, summary: &mut ScanSummary| -> Result<Option<ChunkData>, Error> {
@@ -105,10 +110,16 @@ pub fn scan_file_owned(
         if scan.enforce_max_errors {
             apply_budget(&mut used, opts.max_errors, &p)?;
         }
-        let (at, len) = (p.desc.offset, p.desc.len_bytes);
+        let end = p.desc.offset.saturating_add(p.desc.len_bytes);
         let (flow, spare) = consumer(p)?;
-        // A mapped file's pages of this chunk are not needed again in this pass.
-        file.release(at, len);
+        // A mapped file's pages before the end of this chunk are not needed again in this pass (chunks
+        // are delivered in order). The range starts a little before the last one's end: a fault may map
+        // a whole large folio of the page cache, pages of a chunk already released included, and the page
+        // shared by two chunks is only whole once both are done. Zapping page tables that are already
+        // empty costs next to nothing.
+        let from = released_to.saturating_sub(RELEASE_OVERLAP);
+        file.release(from, end.saturating_sub(from));
+        released_to = released_to.max(end);
         if flow.is_break() {
             return Err(Error::config(STOPPED));
         }
