@@ -429,6 +429,42 @@ fn bad_data_midway_keeps_what_came_before() {
     }
 }
 
+/// Data taken over by `write_owned` come back through `take_spare`, cleared and whole (every stream
+/// there, for a parser to refill), once the write thread has written their records; the file is what
+/// `write` makes.
+#[test]
+fn owned_data_come_back_once_written() {
+    let schema = two_stream_schema();
+    let mut text = String::new();
+    for i in 0..2000 {
+        text += &format!("{i} |a {i} {i}.5 |b {}:{i}\n", i % 5);
+    }
+    let data = parse_bytes(text.as_bytes(), &schema, false, &mut FailFast).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.bin"), dir.path().join("b.bin"));
+    let mut w = CbfWriter::create(&a, &schema, 1000).unwrap();
+    w.write(&data).unwrap();
+    w.finish().unwrap();
+    let mut w = CbfWriter::create(&b, &schema, 1000).unwrap();
+    let (first, second) = split(&data, 1500);
+    w.write_owned(first).unwrap();
+    // Closes the chunks holding the first data's sequences: their records go to the write thread.
+    w.write_owned(second).unwrap();
+    let start = std::time::Instant::now();
+    let spare = loop {
+        if let Some(d) = w.take_spare() {
+            break d;
+        }
+        assert!(start.elapsed().as_secs() < 60, "the first data never came back");
+        std::thread::yield_now();
+    };
+    assert_eq!(spare.num_sequences(), 0);
+    assert_eq!(spare.streams.len(), 2);
+    assert!(spare.streams.iter().all(|d| d.num_sequences() == 0));
+    w.finish().unwrap();
+    assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+}
+
 /// A file of several MB (several of the writer's staging buffers, records straddling them, some larger
 /// than a buffer) is byte for byte what the in-memory encoder makes.
 #[test]

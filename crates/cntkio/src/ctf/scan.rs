@@ -73,7 +73,7 @@ pub fn scan_file(
 
 /// How far back before the last released end a streaming pass releases a mapped file's pages again
 /// (see `deliver` in [`scan_file_owned`]).
-const RELEASE_OVERLAP: u64 = 8 << 20;
+const RELEASE_OVERLAP: u64 = 4 << 20;
 
 /// [`scan_file`] handing each chunk over: `consumer` keeps what it wants and may give back a
 /// [`ChunkData`] whose allocations the parsers reuse (fresh buffers for every chunk cost page faults).
