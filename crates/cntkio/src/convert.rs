@@ -125,7 +125,7 @@ pub fn ctf_to_cbf(
         // The calling thread indexes and writes while the parsers work; parsed chunks the writer is done
         // with go back to them.
         scan(&mut |d| {
-            w.write_owned(d)?;
+            w.write_parsed(d)?;
             Ok(w.take_spare())
         })?;
         w
@@ -140,7 +140,7 @@ pub fn ctf_to_cbf(
                 sc,
                 move || -> Result<CbfWriter, Error> {
                     for d in rx {
-                        w.write_owned(d)?;
+                        w.write_parsed(d)?;
                         if let Some(spare) = w.take_spare() {
                             let _ = spare_tx.send(spare);
                         }

@@ -238,6 +238,19 @@ pub fn check_sequence(data: &ChunkData, s: usize) -> Result<u64, Error> {
 /// valid data): `true` when each sequence passes [`check_sequence`]. `false` means some sequence may
 /// not; the caller then checks them one by one.
 pub fn check_chunk_fast(data: &ChunkData) -> bool {
+    check_chunk(data, true)
+}
+
+/// [`check_chunk_fast`] for data the CTF parser made, whose sparse indices it compared with the stream's
+/// dimension as it read them: the pass over every index is left out (on a 1 GB sparse conversion, 3–4 %
+/// of the time, on the thread that hands chunks to the writer).
+pub fn check_parsed_chunk_fast(data: &ChunkData) -> bool {
+    let ok = check_chunk(data, false);
+    debug_assert!(!ok || check_chunk(data, true), "parsed data with a sparse index out of range");
+    ok
+}
+
+fn check_chunk(data: &ChunkData, check_indices: bool) -> bool {
     let n = data.num_samples.len();
     if data.keys.len() != n {
         return false;
@@ -273,7 +286,7 @@ pub fn check_chunk_fast(data: &ChunkData) -> bool {
                 // iff `x as u32 < lim` (`lim` is `dim` capped at `u32::MAX`, above every `i32`).
                 let lim = u32::try_from(d.dim).unwrap_or(u32::MAX);
                 let used = &indices[..entries as usize];
-                if used.iter().fold(false, |acc, &x| acc | (x < 0) | (x as u32 >= lim)) {
+                if check_indices && used.iter().fold(false, |acc, &x| acc | (x < 0) | (x as u32 >= lim)) {
                     return false;
                 }
                 // Each sequence's NNZ must fit 31 bits.

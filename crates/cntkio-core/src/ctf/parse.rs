@@ -1121,6 +1121,17 @@ mod tests {
             let scalar = run(false, rows);
             let vector = run(true, rows);
             assert_eq!(vector, scalar, "case {case} rows {rows}: {:?}", String::from_utf8_lossy(data));
+            // What the CBF writer trusts in parsed data (`check_parsed_chunk_fast`): every sparse index
+            // kept is below the stream's dimension, whatever errors were tolerated around it.
+            for d in &vector.1.streams {
+                if let crate::Layout::Sparse { indices, sample_offsets } = &d.layout {
+                    let used = sample_offsets.last().copied().unwrap_or(0) as usize;
+                    assert!(
+                        indices[..used].iter().all(|&x| x >= 0 && (x as usize) < d.dim),
+                        "case {case} rows {rows}: a sparse index out of range was kept"
+                    );
+                }
+            }
         }
         run(true, true).1.streams.iter().map(|d| d.values.len()).sum()
     }

@@ -1,7 +1,8 @@
 //! [`CbfWriter`]: sequences in, a CBF file out.
 
 use super::sink::{Records, Segment, Sink};
-use cntkio_core::cbf::{check_chunk_fast, check_sequence, encode_checked_record_to, encode_header, encode_prefix};
+use cntkio_core::cbf::{check_chunk_fast, check_parsed_chunk_fast, check_sequence, encode_checked_record_to};
+use cntkio_core::cbf::{encode_header, encode_prefix};
 use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
 use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -268,6 +269,17 @@ impl CbfWriter {
     /// comes back from [`CbfWriter::take_spare`], cleared for a parser to refill, once they are written
     /// (fresh allocations for every chunk would cost page faults).
     pub fn write_owned(&mut self, data: ChunkData) -> Result<(), Error> {
+        self.write_owned_checking(data, check_chunk_fast)
+    }
+
+    /// [`CbfWriter::write_owned`] for data just made by the CTF parser (not changed since): their sparse
+    /// indices were compared with the streams' dimensions as they were read, so that pass is not made
+    /// again (see [`check_parsed_chunk_fast`]).
+    pub(crate) fn write_parsed(&mut self, data: ChunkData) -> Result<(), Error> {
+        self.write_owned_checking(data, check_parsed_chunk_fast)
+    }
+
+    fn write_owned_checking(&mut self, data: ChunkData, check: fn(&ChunkData) -> bool) -> Result<(), Error> {
         // Spares nobody takes are not hoarded: a chunk's worth is kept (a parser refilling them takes one
         // back per write, but they come back in bursts, as chunks are written; dropping those and
         // allocating new ones later cost 3,000-5,000 page faults and 13 MiB of peak memory per GB).
@@ -284,7 +296,7 @@ impl CbfWriter {
             self.keep_spare(data);
             return Err(e);
         }
-        let valid = check_chunk_fast(&data);
+        let valid = check(&data);
         let n = data.num_sequences();
         match largest_stream(&data).filter(|_| valid) {
             Some((stream, bytes)) => {
