@@ -429,6 +429,40 @@ fn bad_data_midway_keeps_what_came_before() {
     }
 }
 
+/// A chunk fills up to exactly its size and no further: sequences of 36 bytes each (a 4-byte meta count, a
+/// 12-byte dense record, a 20-byte sparse one) make chunks of exactly 3 at a chunk size of 108, 2 at 107
+/// and 3 at 109, whichever way they are written; a chunk size below one sequence gives one per chunk.
+#[test]
+fn chunks_fill_to_exactly_their_size() {
+    let schema = two_stream_schema();
+    let mut text = String::new();
+    for i in 0..20 {
+        text += &format!("{i} |a {i} 1 |b {}:1\n", i % 5);
+    }
+    let data = parse_bytes(text.as_bytes(), &schema, false, &mut FailFast).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (chunk_size, per_chunk) in [(108u64, 3usize), (107, 2), (109, 3), (36, 1), (35, 1), (1 << 20, 20)] {
+        let mut files = Vec::new();
+        for how in 0..3 {
+            let out = dir.path().join(format!("c{chunk_size}-{how}.bin"));
+            let mut w = CbfWriter::create(&out, &schema, chunk_size).unwrap();
+            match how {
+                0 => w.write(&data).unwrap(),
+                1 => w.write_owned(data.clone()).unwrap(),
+                _ => (0..data.num_sequences()).for_each(|s| w.write_sequence(&data, s).unwrap()),
+            }
+            w.finish().unwrap();
+            let f = CbfFile::open(&out).unwrap();
+            let counts: Vec<u32> = f.chunks().iter().map(|c| c.num_sequences).collect();
+            let expect: Vec<u32> =
+                (0..20usize.div_ceil(per_chunk)).map(|k| per_chunk.min(20 - k * per_chunk) as u32).collect();
+            assert_eq!(counts, expect, "chunk size {chunk_size}, way {how}");
+            files.push(std::fs::read(&out).unwrap());
+        }
+        assert!(files[0] == files[1] && files[0] == files[2], "chunk size {chunk_size}");
+    }
+}
+
 /// Data taken over by `write_owned` come back through `take_spare`, cleared and whole (every stream
 /// there, for a parser to refill), once the write thread has written their records; the file is what
 /// `write` makes.
