@@ -22,7 +22,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub use inspect::inspect_json;
-pub use signals::{explain_interrupt, explain_sigbus, Explain};
+pub use signals::{explain_interrupt, explain_sigbus, first_to_end, Explain};
 
 /// Exit code for valid input.
 pub const EXIT_OK: u8 = 0;

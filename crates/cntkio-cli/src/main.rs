@@ -58,12 +58,28 @@ fn default_action(sig: libc::c_int) {
     }
 }
 
+/// In a handler that is not the first (see `first_to_end`): the first is explaining and ending the
+/// process (every handler ends it), so this thread waits for that without a word.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn wait_for_the_end() -> ! {
+    loop {
+        // SAFETY: `pause` is async-signal-safe; it only suspends this thread until a signal arrives.
+        unsafe {
+            libc::pause();
+        }
+    }
+}
+
 /// The `SIGBUS` handler. A fault (a positive `si_code`, set by the kernel) during a conversion that maps
 /// its input is explained and ends the process with the I/O error code; anything else gets the default
 /// action.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+    if !cntkio_cli::first_to_end() {
+        wait_for_the_end();
+    }
     // SAFETY: the kernel passes a valid `siginfo_t` to a handler installed with `SA_SIGINFO`.
     let fault = !info.is_null() && unsafe { (*info).si_code } > 0;
     if fault && explain(cntkio_cli::explain_sigbus) {
@@ -77,6 +93,9 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _context: 
 /// then the signal ends the process as it would have (the shell sees it).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 extern "C" fn on_interrupt(sig: libc::c_int, _info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+    if !cntkio_cli::first_to_end() {
+        wait_for_the_end();
+    }
     explain(cntkio_cli::explain_interrupt);
     default_action(sig);
 }

@@ -25,6 +25,16 @@ static CONVERTING: AtomicBool = AtomicBool::new(false);
 static MAPPED: OnceLock<Vec<Mapped>> = OnceLock::new();
 /// Which of them is being read through a map ([`reading_mapped`]); `usize::MAX` for none.
 static READING: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// A handler is ending the process ([`first_to_end`]).
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+/// `true` for the first handler to ask, which goes on to explain and end the process; `false` for any
+/// other, which must wait for the end without a word. Two threads reading a truncated map both get a
+/// `SIGBUS`: without this, both said so, and one's message cut into the other's. Safe in a signal handler
+/// (an atomic swap).
+pub fn first_to_end() -> bool {
+    !ENDING.swap(true, Ordering::SeqCst)
+}
 
 /// A `SIGBUS` message's parts.
 struct Mapped {
@@ -160,6 +170,15 @@ mod tests {
             removed
         });
         (r, String::from_utf8(out).unwrap(), asked.into_inner())
+    }
+
+    /// Only the first handler to ask ends the process; every later one (another thread's `SIGBUS` at the
+    /// same time) is told to wait.
+    #[test]
+    fn one_handler_ends_the_process() {
+        assert!(first_to_end());
+        assert!(!first_to_end());
+        assert!(!first_to_end());
     }
 
     // One test: the state is the process's.
