@@ -927,11 +927,13 @@ fn read_sparse<T: SimdValue>(
     }
 }
 
-/// The common sparse entry `index:d ` (an index of 1–7 digits, a one-digit value, one space) in a tight
-/// loop, from `p` (a digit) on, while 16 bytes of the sequence remain. Returns where it stopped: at the
-/// first entry of another form (or too close to the end), which the careful loop of [`read_sparse`]
-/// then reads. Every entry taken reads as that loop reads it: the index as [`short_digit_run`] (below
-/// `dim`), the value as [`parse_number`] reads a digit followed by a space.
+/// The common sparse entry `index:d ` (an index of 1–7 digits, a one-digit value, one space; or the
+/// `\n` that ends the row instead of the space, as the last label of a row often is) in a tight loop,
+/// from `p` (a digit) on, while 16 bytes of the sequence remain. Returns where it stopped: at the `\n`
+/// after a row's last entry, or at the first entry of another form (or too close to the end), which the
+/// careful loop of [`read_sparse`] then reads. Every entry taken reads as that loop reads it: the index
+/// as [`short_digit_run`] (below `dim`), the value as [`parse_number`] reads a digit followed by a space
+/// or a `\n`.
 #[inline(always)]
 fn sparse_run<T: Copy>(
     s: &[u8],
@@ -950,7 +952,8 @@ fn sparse_run<T: Copy>(
         }
         let l = len as usize;
         let d = b[l + 1].wrapping_sub(b'0');
-        if b[l] != b':' || d > 9 || b[l + 2] != b' ' {
+        let end = b[l + 2];
+        if b[l] != b':' || d > 9 || (end != b' ' && end != b'\n') {
             break;
         }
         let index = swar_value(word, len);
@@ -959,6 +962,10 @@ fn sparse_run<T: Copy>(
         }
         v.push(conv(f64::from(d)));
         idx.push(index as i32);
+        if end == b'\n' {
+            // The row's last entry: the caller sees its end.
+            return p + l + 2;
+        }
         p += l + 3;
     }
     p
