@@ -53,25 +53,55 @@ const IO_THREADS: usize = 2;
 /// Segments of at most this many bytes are copied together before they go out (see [`Sink::pass`]).
 pub(crate) const SMALL: usize = 64 << 10;
 
-/// A staging buffer: `BUF` bytes at an `ALIGN`-aligned address inside a vector.
+/// A staging buffer: `BUF` bytes at an `ALIGN`-aligned address, at the start of a huge page of an
+/// anonymous map where the system gives one (else inside a vector).
+///
+/// Why huge pages: a direct write hands the device the buffer's pages, and a device takes a limited number
+/// of separate pieces per request (`max_segments`, 254 on the virtio disk measured): 2 MiB of scattered 4 KiB
+/// pages went out as two or three requests (of about 1 MiB, 254 pages, and the rest), 2 MiB of one huge
+/// page as one. Pinning one page instead of 512 also costs the I/O threads less. A sparse 1 GB conversion: 0.77 s
+/// against 0.80 s (medians of 10 alternating runs), 0.72 against 0.84 in another window, 0.1 s less CPU.
 struct Buf {
-    v: Vec<u8>,
+    mem: BufMem,
     off: usize,
 }
 
+enum BufMem {
+    Map(memmap2::MmapMut),
+    Vec(Vec<u8>),
+}
+
+/// A huge page (x86-64, and arm64 with 4 KiB pages).
+const HUGE: usize = 2 << 20;
+
 impl Buf {
     fn new() -> Buf {
+        // A map of a huge page more than needed holds an aligned huge page whatever address it gets; the
+        // rest of it is never touched, so it takes no memory.
+        if let Ok(map) = memmap2::MmapMut::map_anon(BUF + HUGE) {
+            let off = map.as_ptr().align_offset(HUGE).min(HUGE);
+            // Only a hint: without it (another system, huge pages turned off) the buffer is as before.
+            #[cfg(target_os = "linux")]
+            let _ = map.advise_range(memmap2::Advice::HugePage, off, BUF);
+            return Buf { mem: BufMem::Map(map), off };
+        }
         let v = vec![0u8; BUF + ALIGN];
         // When the offset cannot be computed the buffer is unaligned: direct writes then fail with
         // EINVAL and the writer falls back to the page cache.
         let off = v.as_ptr().align_offset(ALIGN).min(ALIGN);
-        Buf { v, off }
+        Buf { mem: BufMem::Vec(v), off }
     }
     fn bytes(&self) -> &[u8] {
-        &self.v[self.off..self.off + BUF]
+        match &self.mem {
+            BufMem::Map(m) => &m[self.off..self.off + BUF],
+            BufMem::Vec(v) => &v[self.off..self.off + BUF],
+        }
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.v[self.off..self.off + BUF]
+        match &mut self.mem {
+            BufMem::Map(m) => &mut m[self.off..self.off + BUF],
+            BufMem::Vec(v) => &mut v[self.off..self.off + BUF],
+        }
     }
 }
 
@@ -727,6 +757,23 @@ mod tests {
             run(direct, &[1001; 10_000]);
             run(direct, &[SEG - 1, SEG, SEG + 1, 0, 1, 2 * SEG]);
             run(direct, &[7, BUF + 1, 2 * BUF + 3, 2, 5 * BUF]);
+        }
+    }
+
+    /// A staging buffer is `BUF` zeroed bytes aligned for direct I/O, and at a huge page when mapped.
+    #[test]
+    fn staging_buffers_are_aligned_and_zeroed() {
+        for _ in 0..3 {
+            let mut b = Buf::new();
+            assert_eq!(b.bytes().len(), BUF);
+            let at = b.bytes().as_ptr() as usize;
+            assert_eq!(at % ALIGN, 0);
+            if matches!(b.mem, BufMem::Map(_)) {
+                assert_eq!(at % HUGE, 0);
+            }
+            assert!(b.bytes().iter().all(|&x| x == 0));
+            b.bytes_mut()[BUF - 1] = 7;
+            assert_eq!(b.bytes()[BUF - 1], 7);
         }
     }
 
