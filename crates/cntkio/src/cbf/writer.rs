@@ -301,7 +301,7 @@ impl CbfWriter {
         }
         let valid = check(&data);
         let n = data.num_sequences();
-        match largest_stream(&data).filter(|_| valid) {
+        match if valid { largest_stream(&data) } else { None } {
             Some((stream, bytes)) => {
                 // Bounded memory: the data whose records wait for the write thread, here and on their way,
                 // stay within about a chunk (see `Sink::wait_for_records`).
@@ -419,16 +419,11 @@ impl CbfWriter {
         for s in r {
             match self.accept(data, s, valid)? {
                 Accept::Take { meta, bytes } => {
-                    let full = !self.meta.is_empty()
-                        && (self.meta.len() == u32::MAX as usize
-                            || self.pending_samples + u64::from(meta) > u64::from(u32::MAX));
-                    let over = self.options.chunking == Chunking::Exact
-                        && !self.meta.is_empty()
-                        && self.pending_bytes + bytes > self.options.chunk_size;
-                    if full || over {
+                    let pending = (self.meta.len(), self.pending_samples, self.pending_bytes);
+                    if self.closes_before(pending, u64::from(meta), bytes) {
                         self.flush_chunk()?;
                     }
-                    self.encode_sequence(data, s, deferred)?;
+                    self.encode_run(data, s..s + 1, deferred)?;
                     self.meta.push(meta);
                     self.pending_bytes += bytes;
                     self.pending_samples += u64::from(meta);
@@ -488,9 +483,7 @@ impl CbfWriter {
                 (s, self.pending_bytes, self.pending_samples, self.meta.len());
             while s < r.end && sizes[s - r.start] != EMPTY {
                 let (b, m) = (sizes[s - r.start], u64::from(data.num_samples[s]));
-                let full = count > 0 && (count == u32::MAX as usize || samples + m > u64::from(u32::MAX));
-                let over = count > 0 && bytes + b > self.options.chunk_size;
-                if full || over {
+                if self.closes_before((count, samples, bytes), m, b) {
                     break;
                 }
                 (bytes, samples, count, s) = (bytes + b, samples + m, count + 1, s + 1);
@@ -511,6 +504,16 @@ impl CbfWriter {
         };
         self.sizes = sizes;
         result
+    }
+
+    /// Whether a chunk holding `(sequences, samples, bytes)` must be closed before a sequence of `meta`
+    /// samples and `size` bytes joins it: the table's 32-bit counts would overflow, or (exact chunking)
+    /// the chunk would outgrow its size. A sequence always joins an empty chunk.
+    fn closes_before(&self, (count, samples, bytes): (usize, u64, u64), meta: u64, size: u64) -> bool {
+        count > 0
+            && (count == u32::MAX as usize
+                || samples + meta > u64::from(u32::MAX)
+                || (self.options.chunking == Chunking::Exact && bytes + size > self.options.chunk_size))
     }
 
     /// Decides about sequence `s` of `data`: its meta count and size, or drop it.
@@ -545,19 +548,9 @@ impl CbfWriter {
         Ok(Accept::Take { meta, bytes })
     }
 
-    /// Encodes sequence `s` of `data` (accepted: checked) into the current chunk's sections. A failure
-    /// here (the data changed after the checks, or the disk failed) leaves the sections inconsistent,
-    /// so it breaks the writer.
-    fn encode_sequence(
-        &mut self,
-        data: &ChunkData,
-        s: usize,
-        deferred: Option<(&Arc<Shared>, usize)>,
-    ) -> Result<(), Error> {
-        self.encode_run(data, s..s + 1, deferred)
-    }
-
-    /// [`CbfWriter::encode_sequence`] for the sequences `run`.
+    /// Encodes the sequences `run` of `data` (accepted: checked) into the current chunk's sections. A
+    /// failure here (the data changed after the checks, or the disk failed) leaves the sections
+    /// inconsistent, so it breaks the writer.
     fn encode_run(
         &mut self,
         data: &ChunkData,
@@ -585,7 +578,7 @@ impl CbfWriter {
         let sink = self.sink.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
         for (i, (d, sec)) in data.streams.iter().zip(&mut self.sections).enumerate() {
             if let Some((shared, _)) = deferred.filter(|&(_, k)| k == i) {
-                let bytes = run.clone().map(|s| valid_record_len(d, s)).sum::<u64>();
+                let bytes = valid_run_len(d, run.clone());
                 if usize::try_from(bytes).is_err() {
                     return Err(Error::config("a record too large for memory"));
                 }
@@ -767,23 +760,8 @@ impl Records for Deferred {
 /// The stream with the most record bytes in data that passed [`check_chunk_fast`], and their number, if
 /// any has some.
 fn largest_stream(data: &ChunkData) -> Option<(usize, u64)> {
-    let n = data.num_sequences() as u64;
-    let bytes = |d: &StreamData| -> u64 {
-        let samples = d.sequence_offsets.last().copied().unwrap_or(0);
-        let es = d.values.element_type().size_bytes() as u64;
-        match &d.layout {
-            Layout::Dense => {
-                4u64.saturating_mul(n).saturating_add(samples.saturating_mul(d.dim as u64).saturating_mul(es))
-            }
-            Layout::Sparse { sample_offsets, .. } => {
-                let nnz = usize::try_from(samples).ok().and_then(|k| sample_offsets.get(k)).copied().unwrap_or(0);
-                8u64.saturating_mul(n)
-                    .saturating_add(nnz.saturating_mul(es + 4))
-                    .saturating_add(samples.saturating_mul(4))
-            }
-        }
-    };
-    let (k, most) = data.streams.iter().map(bytes).enumerate().max_by_key(|&(_, b)| b)?;
+    let n = data.num_sequences();
+    let (k, most) = data.streams.iter().map(|d| valid_run_len(d, 0..n)).enumerate().max_by_key(|&(_, b)| b)?;
     (n > 0 && most > 0).then_some((k, most))
 }
 
@@ -793,12 +771,19 @@ fn largest_stream(data: &ChunkData) -> Option<(usize, u64)> {
 /// record it sizes and encodes.
 #[inline]
 fn valid_record_len(d: &StreamData, s: usize) -> u64 {
-    let (a, b) = (d.sequence_offsets[s], d.sequence_offsets[s + 1]);
-    let es = d.values.element_type().size_bytes() as u64;
+    valid_run_len(d, s..s + 1)
+}
+
+/// The bytes of the records of the sequences `run`, one after the other, under the promise of
+/// [`valid_record_len`]: from the offsets at the run's two ends.
+#[inline]
+fn valid_run_len(d: &StreamData, run: Range<usize>) -> u64 {
+    let (a, b) = (d.sequence_offsets[run.start], d.sequence_offsets[run.end]);
+    let (k, es) = (run.len() as u64, d.values.element_type().size_bytes() as u64);
     match &d.layout {
-        Layout::Dense => 4 + (b - a) * d.dim as u64 * es,
+        Layout::Dense => 4 * k + (b - a) * d.dim as u64 * es,
         Layout::Sparse { sample_offsets, .. } => {
-            8 + (sample_offsets[b as usize] - sample_offsets[a as usize]) * (es + 4) + 4 * (b - a)
+            8 * k + (sample_offsets[b as usize] - sample_offsets[a as usize]) * (es + 4) + 4 * (b - a)
         }
     }
 }
