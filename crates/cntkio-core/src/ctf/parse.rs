@@ -894,7 +894,9 @@ fn read_sparse<T: SimdValue>(
         if !c.is_ascii_digit() {
             return fail(v, idx, p, FailKind::IndexExpected(Some(c)));
         }
-        let q = simd::sparse_entries(vector, ext, n, p, dim, v, idx);
+        // A row's last entry alone (`index:d\n`, as a row's single label usually is) goes straight to the
+        // scalar loop: the vector path would set up and read a window only to stop at the `\n`.
+        let q = if ends_row(s, p) { p } else { simd::sparse_entries(vector, ext, n, p, dim, v, idx) };
         let q = sparse_run(s, q, dim, v, idx, &conv);
         if q != p {
             p = q;
@@ -925,6 +927,15 @@ fn read_sparse<T: SimdValue>(
             Err(e) => return fail(v, idx, e.at, FailKind::Number(e)),
         }
     }
+}
+
+/// Whether the entry at `p` looks like `index:d\n` (1–7 index digits, then the row's end two bytes after
+/// the colon's place): a hint, which path reads the entry does not change what is read.
+#[inline(always)]
+fn ends_row(s: &[u8], p: usize) -> bool {
+    let Some(b) = s.get(p..p + 16) else { return false };
+    let l = leading_digits(u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))) as usize;
+    l < 8 && b[l + 2] == b'\n'
 }
 
 /// The common sparse entry `index:d ` (an index of 1–7 digits, a one-digit value, one space; or the
