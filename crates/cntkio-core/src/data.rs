@@ -203,6 +203,49 @@ impl ChunkData {
             s.clear();
         }
     }
+    /// The lengths of its vectors, for [`reserve_like`](Self::reserve_like).
+    pub fn sizes(&self) -> Sizes {
+        let mut v = vec![self.keys.len(), self.num_samples.len()];
+        for s in &self.streams {
+            v.push(s.values.len());
+            v.push(s.sequence_offsets.len());
+            if let Layout::Sparse { indices, sample_offsets } = &s.layout {
+                v.push(indices.len());
+                v.push(sample_offsets.len());
+            }
+        }
+        Sizes(v)
+    }
+    /// Makes room at once for a little more than a chunk of `like`'s sizes (from chunk data of the same
+    /// schema), so that parsing a similar chunk into it does not grow its vectors step by step: each
+    /// step copies what is there and touches fresh memory. Vectors already large enough are left alone;
+    /// sizes of another schema are ignored.
+    pub fn reserve_like(&mut self, like: &Sizes) {
+        fn room<T>(v: &mut Vec<T>, n: usize) {
+            let want = n.saturating_add(n / 8);
+            v.reserve(want.saturating_sub(v.len()));
+        }
+        let vectors: usize =
+            2 + self.streams.iter().map(|s| if s.format() == StorageFormat::Sparse { 4 } else { 2 }).sum::<usize>();
+        if like.0.len() != vectors {
+            return;
+        }
+        let mut n = like.0.iter().copied();
+        let mut next = || n.next().unwrap_or(0);
+        room(&mut self.keys, next());
+        room(&mut self.num_samples, next());
+        for s in &mut self.streams {
+            match &mut s.values {
+                Values::F32(v) => room(v, next()),
+                Values::F64(v) => room(v, next()),
+            }
+            room(&mut s.sequence_offsets, next());
+            if let Layout::Sparse { indices, sample_offsets } = &mut s.layout {
+                room(indices, next());
+                room(sample_offsets, next());
+            }
+        }
+    }
     /// Approximate heap size in bytes.
     pub fn heap_bytes(&self) -> usize {
         let mut n = self.keys.capacity() * 8 + self.num_samples.capacity() * 4;
@@ -217,5 +260,98 @@ impl ChunkData {
             }
         }
         n
+    }
+}
+
+/// The lengths of a chunk data's vectors ([`ChunkData::sizes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sizes(Vec<usize>);
+
+impl Sizes {
+    /// Every length times `num / den` (rounded up), as for a chunk of `num` bytes from one of `den`.
+    pub fn scaled(&self, num: u64, den: u64) -> Sizes {
+        let den = u128::from(den.max(1));
+        let scale = |n: usize| usize::try_from((n as u128 * u128::from(num)).div_ceil(den)).unwrap_or(usize::MAX);
+        Sizes(self.0.iter().map(|&n| scale(n)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::StreamSpec;
+
+    fn schema(formats: &[StorageFormat]) -> Schema {
+        let streams = formats.iter().enumerate().map(|(i, &f)| StreamSpec::new(format!("s{i}"), 4, f)).collect();
+        Schema::new(streams).unwrap()
+    }
+
+    /// A chunk with `n` sequences of one sample, each with 4 dense values or 2 sparse entries.
+    fn filled(schema: &Schema, n: usize) -> ChunkData {
+        let mut d = ChunkData::new(schema);
+        fill(&mut d, n);
+        d
+    }
+
+    fn fill(d: &mut ChunkData, n: usize) {
+        for k in 0..n {
+            d.keys.push(k as u64);
+            d.num_samples.push(1);
+            for s in &mut d.streams {
+                match &mut s.layout {
+                    Layout::Dense => s.values.push_zeros(4),
+                    Layout::Sparse { indices, sample_offsets } => {
+                        indices.extend([0, 1]);
+                        s.values.push_zeros(2);
+                        sample_offsets.push(indices.len() as u64);
+                    }
+                }
+                s.sequence_offsets.push(k as u64 + 1);
+            }
+        }
+    }
+
+    #[test]
+    fn reserve_like_makes_room_for_a_similar_chunk() {
+        let schema = schema(&[StorageFormat::Dense, StorageFormat::Sparse]);
+        let full = filled(&schema, 1000);
+        let mut d = ChunkData::new(&schema);
+        d.reserve_like(&full.sizes());
+        assert!(d.keys.capacity() >= 1125 && d.num_samples.capacity() >= 1125);
+        for (s, f) in d.streams.iter().zip(&full.streams) {
+            assert!(s.sequence_offsets.capacity() >= f.sequence_offsets.len() * 9 / 8);
+            let cap = match &s.values {
+                Values::F32(v) => v.capacity(),
+                Values::F64(v) => v.capacity(),
+            };
+            assert!(cap >= f.values.len() * 9 / 8, "{cap}");
+            if let (Layout::Sparse { indices, sample_offsets }, Layout::Sparse { indices: fi, .. }) =
+                (&s.layout, &f.layout)
+            {
+                assert!(indices.capacity() >= fi.len() * 9 / 8 && sample_offsets.capacity() >= 1125);
+            }
+        }
+        // Nothing was added, and parsing a chunk like it into it moves no vector.
+        assert_eq!(d.num_sequences(), 0);
+        let before = d.heap_bytes();
+        let at = |d: &ChunkData| match &d.streams[1].values {
+            Values::F32(v) => v.as_ptr() as usize,
+            Values::F64(v) => v.as_ptr() as usize,
+        };
+        let ptr = at(&d);
+        fill(&mut d, 1000);
+        assert_eq!((d.heap_bytes(), at(&d)), (before, ptr));
+        assert_eq!(d, full);
+    }
+
+    #[test]
+    fn sizes_of_another_schema_are_ignored_and_scaling_rounds_up() {
+        let sparse = filled(&schema(&[StorageFormat::Sparse]), 10);
+        let mut dense = ChunkData::new(&schema(&[StorageFormat::Dense]));
+        dense.reserve_like(&sparse.sizes());
+        assert_eq!(dense.heap_bytes(), ChunkData::new(&schema(&[StorageFormat::Dense])).heap_bytes());
+        assert_eq!(sparse.sizes().scaled(1, 3), Sizes(vec![4, 4, 7, 4, 7, 4]));
+        assert_eq!(sparse.sizes().scaled(2, 1), Sizes(vec![20, 20, 40, 22, 40, 22]));
+        assert_eq!(sparse.sizes().scaled(u64::MAX, 0).0.len(), 6);
     }
 }

@@ -24,6 +24,6 @@ pub mod schema;
 #[cfg(test)]
 mod test_rng;
 
-pub use data::{ChunkData, Layout, StreamData, Values};
+pub use data::{ChunkData, Layout, Sizes, StreamData, Values};
 pub use error::{Category, Error, ErrorKind, Position, WarningKind};
 pub use schema::{ElementType, Schema, StorageFormat, StreamSpec};

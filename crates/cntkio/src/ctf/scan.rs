@@ -9,7 +9,7 @@ use crate::input::InputFile;
 use crate::{CtfOptions, Error, Schema};
 use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
 use cntkio_core::ctf::parse::CtfParser;
-use cntkio_core::ChunkData;
+use cntkio_core::{ChunkData, Sizes};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
@@ -177,6 +177,7 @@ pub fn scan_file_owned(
     let result = if threads == 1 {
         let mut buf = Vec::new();
         let mut spare = Some(ChunkData::new(schema));
+        let mut like = Like::default();
         let path = file.path().display().to_string();
         // Line mode without a definesMBSize stream: the parser finds the rows as it goes, so each byte
         // is read once (the indexer only cuts chunks); other files take the index.
@@ -187,8 +188,9 @@ pub fn scan_file_owned(
                 &cfg,
                 None,
                 |desc, bytes| {
-                    let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
+                    let data = like.room(spare.take(), schema, desc.len_bytes);
                     let p = parse_bytes(bytes.bytes(), &path, &parser, desc, policy, data, true);
+                    like.learn(&p);
                     let rows = p.desc.sequences.len() as u64;
                     spare = deliver(p, &mut summary)?;
                     Ok(rows)
@@ -201,11 +203,12 @@ pub fn scan_file_owned(
             Err(e) => Err(e),
             Ok(None) => for_each_desc(
                 &mut |desc, bytes| {
-                    let data = spare.take().unwrap_or_else(|| ChunkData::new(schema));
+                    let data = like.room(spare.take(), schema, desc.len_bytes);
                     let p = match bytes {
                         Some(b) => parse_chunk_bytes(b.bytes(), &path, &parser, desc, policy, data),
                         None => parse_chunk(file, &parser, desc, policy, &mut buf, data)?,
                     };
+                    like.learn(&p);
                     spare = deliver(p, &mut summary)?;
                     Ok(())
                 },
@@ -235,9 +238,10 @@ pub fn scan_file_owned(
                 let (parser, path) = (&parser, &path);
                 let worker = move || {
                     let mut buf = Vec::new();
+                    let mut like = Like::default();
                     for (desc, bytes) in job_rx {
                         let idx = desc.index;
-                        let data = spare_rx.try_recv().unwrap_or_else(|_| ChunkData::new(schema));
+                        let data = like.room(spare_rx.try_recv().ok(), schema, desc.len_bytes);
                         // A chunk without sequences is one of `index_line_chunks`: the rows are found here.
                         let rows = desc.sequences.is_empty();
                         let r = match bytes {
@@ -248,6 +252,9 @@ pub fn scan_file_owned(
                             }
                             None => parse_file_chunk(file, parser, desc, policy, &mut buf, data, rows),
                         };
+                        if let Ok(p) = &r {
+                            like.learn(p);
+                        }
                         if res_tx.send((idx, rows, r)).is_err() {
                             break;
                         }
@@ -347,6 +354,36 @@ pub fn scan_file_owned(
         } else {
             e
         }),
+    }
+}
+
+/// The sizes of the last chunk a parser filled, to make room in the next one at once (see
+/// [`ChunkData::reserve_like`]): the first chunks of a pass get fresh vectors (the consumer gives none
+/// back yet), and growing them step by step copied them and cost twice the page faults.
+#[derive(Default)]
+struct Like {
+    sizes: Sizes,
+    bytes: u64,
+}
+
+impl Like {
+    /// `spare` as it is (growing a vector given back would copy it and its capacity is usually enough), or
+    /// new chunk data with room for a chunk of `bytes` bytes.
+    fn room(&self, spare: Option<ChunkData>, schema: &Schema, bytes: u64) -> ChunkData {
+        spare.unwrap_or_else(|| {
+            let mut d = ChunkData::new(schema);
+            if self.bytes > 0 {
+                d.reserve_like(&self.sizes.scaled(bytes, self.bytes));
+            }
+            d
+        })
+    }
+    /// Remembers the sizes of a parsed chunk.
+    fn learn(&mut self, p: &ParsedChunk) {
+        if p.desc.len_bytes > 0 {
+            self.sizes = p.data.sizes();
+            self.bytes = p.desc.len_bytes;
+        }
     }
 }
 
