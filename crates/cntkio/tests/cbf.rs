@@ -429,6 +429,37 @@ fn bad_data_midway_keeps_what_came_before() {
     }
 }
 
+/// The fast structural check (what lets the writer take a chunk without per-sequence checks) refuses
+/// offsets that go back or a sequence longer than CBF's 32-bit count, in either kind of stream, and
+/// passes the same data unbroken.
+#[test]
+fn fast_check_refuses_offsets_that_go_back_or_overflow() {
+    let schema = two_stream_schema();
+    let text = b"0 |a 1 2 |b 1:1 2:2\n1 |a 3 4 |b 2:2\n2 |a 5 6 |b 3:3 0:1\n";
+    let good = parse_bytes(text, &schema, false, &mut FailFast).unwrap();
+    assert!(cbf::check_chunk_fast(&good) && cbf::check_parsed_chunk_fast(&good));
+    let broken = |f: &dyn Fn(&mut ChunkData)| {
+        let mut d = good.clone();
+        f(&mut d);
+        !cbf::check_chunk_fast(&d) && !cbf::check_parsed_chunk_fast(&d)
+    };
+    // Sequence offsets going back (the total unchanged).
+    assert!(broken(&|d| d.streams[0].sequence_offsets = vec![0, 2, 1, 3]));
+    assert!(broken(&|d| d.streams[1].sequence_offsets = vec![0, 2, 1, 3]));
+    // Sample offsets going back (the total unchanged).
+    assert!(broken(&|d| {
+        if let Layout::Sparse { sample_offsets, .. } = &mut d.streams[1].layout {
+            sample_offsets[2] = 1;
+        }
+    }));
+    // A sequence of more than u32::MAX samples, of a dense stream of dimension 0 (no values needed).
+    let mut wide = StreamData::new(StorageFormat::Dense, 0, ElementType::F32);
+    wide.sequence_offsets = vec![0, 1, 2, 2 + (1 << 32)];
+    assert!(broken(&|d| d.streams[0] = wide.clone()));
+    wide.sequence_offsets = vec![0, 1, 2, 3];
+    assert!(!broken(&|d| d.streams[0] = wide.clone()));
+}
+
 /// A chunk fills up to exactly its size and no further: sequences of 36 bytes each (a 4-byte meta count, a
 /// 12-byte dense record, a 20-byte sparse one) make chunks of exactly 3 at a chunk size of 108, 2 at 107
 /// and 3 at 109, whichever way they are written; a chunk size below one sequence gives one per chunk.
@@ -905,6 +936,37 @@ proptest! {
                 let len = cbf::record_len(d, s).unwrap() as usize;
                 let _ = cbf::encode_checked_record_to(&broken, s, &mut vec![0u8; len]);
             }
+        }
+    }
+
+    /// The run encoder takes as many whole records as fit, from any first sequence, and gives the bytes of
+    /// the per-record encoder one after the other; nothing when the first does not fit.
+    #[test]
+    fn run_encoder_takes_whole_records_that_fit(
+        (_schema, data) in chunk_data(false),
+        from in 0usize..8,
+        room in 0usize..400,
+    ) {
+        prop_assume!(cbf::check_chunk_fast(&data));
+        let n = data.num_sequences();
+        let from = from.min(n);
+        for d in &data.streams {
+            let mut want = Vec::new();
+            let mut fits = 0;
+            for s in from..n {
+                let mut rec = Vec::new();
+                cbf::encode_record(d, s, &mut rec).unwrap();
+                if want.len() + rec.len() > room {
+                    break;
+                }
+                want.extend_from_slice(&rec);
+                fits += 1;
+            }
+            let mut dst = vec![0xA5u8; room];
+            let (k, bytes) = cbf::encode_checked_records_to(d, from..n, &mut dst).unwrap();
+            prop_assert_eq!((k, bytes), (fits, want.len()));
+            prop_assert_eq!(&dst[..bytes], &want[..]);
+            prop_assert!(dst[bytes..].iter().all(|&b| b == 0xA5), "wrote past the records it took");
         }
     }
 

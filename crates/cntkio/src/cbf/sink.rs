@@ -131,19 +131,17 @@ impl Segment {
     pub(crate) fn filled(&self) -> &[u8] {
         &self.buf[..self.len]
     }
-    /// Appends `len` bytes that `fill` writes; if `fill` fails nothing is appended. `len` must not
-    /// exceed [`Segment::room`].
+    /// Appends what `fill` writes into the front of the free bytes: it returns how many items it wrote
+    /// and their bytes, which this returns and appends (nothing if it fails).
     #[inline]
-    pub(crate) fn append_with<E>(
+    pub(crate) fn append_fitting<E>(
         &mut self,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let r = fill(&mut self.buf[self.len..self.len + len]);
-        if r.is_ok() {
-            self.len += len;
-        }
-        r
+        fill: impl FnOnce(&mut [u8]) -> Result<(usize, usize), E>,
+    ) -> Result<usize, E> {
+        let (k, n) = fill(&mut self.buf[self.len..])?;
+        debug_assert!(n <= self.room());
+        self.len += n.min(self.room());
+        Ok(k)
     }
     /// Appends as much of `bytes` as fits; returns how many.
     pub(crate) fn append(&mut self, bytes: &[u8]) -> usize {
@@ -168,6 +166,17 @@ pub(crate) trait Records: Send {
     fn record_len(&self, i: usize) -> usize;
     /// Writes record `i` into `dst`, which is [`Records::record_len`] bytes long.
     fn encode(&self, i: usize, dst: &mut [u8]) -> Result<(), String>;
+    /// Writes records `i..` one after the other into the front of `dst`, as many whole ones as fit:
+    /// how many, and their bytes (none when record `i` does not fit). One record at a time by default.
+    fn encode_fitting(&self, i: usize, dst: &mut [u8]) -> Result<(usize, usize), String> {
+        let (mut k, mut at) = (i, 0usize);
+        while k < self.count() && self.record_len(k) <= dst.len() - at {
+            let len = self.record_len(k);
+            self.encode(k, &mut dst[at..at + len])?;
+            (k, at) = (k + 1, at + len);
+        }
+        Ok((k - i, at))
+    }
     /// Bytes of all the records.
     fn len(&self) -> u64;
 }
@@ -481,17 +490,25 @@ impl Sink {
                         }
                     }
                     Item::Records(r) => {
-                        for i in 0..r.count() {
-                            let len = r.record_len(i);
-                            let encoded = if len <= st.room().len() {
-                                r.encode(i, &mut st.room()[..len]).map(|()| st.filled(len))
-                            } else {
-                                scratch.resize(len, 0);
-                                let e = r.encode(i, &mut scratch).map(|()| st.put(&scratch));
-                                if scratch.capacity() > BUF {
-                                    scratch = Vec::new();
+                        let mut i = 0;
+                        while i < r.count() {
+                            let encoded = match r.encode_fitting(i, st.room()) {
+                                Ok((0, _)) => {
+                                    // Record `i` straddles two staging buffers (or is larger than one).
+                                    let len = r.record_len(i);
+                                    scratch.resize(len, 0);
+                                    let e = r.encode(i, &mut scratch).map(|()| st.put(&scratch));
+                                    if scratch.capacity() > BUF {
+                                        scratch = Vec::new();
+                                    }
+                                    i += 1;
+                                    e
                                 }
-                                e
+                                Ok((k, bytes)) => {
+                                    i += k;
+                                    Ok(st.filled(bytes))
+                                }
+                                Err(e) => Err(e),
                             };
                             match encoded {
                                 Ok(Ok(())) => {}
@@ -719,15 +736,15 @@ mod tests {
             } else {
                 let mut seg = sink.segment(n).unwrap();
                 assert!(seg.room() >= n);
-                seg.append_with(n, |d: &mut [u8]| -> Result<(), ()> {
-                    d.copy_from_slice(&bytes);
-                    Ok(())
-                })
-                .unwrap();
+                let k = seg
+                    .append_fitting(|d: &mut [u8]| -> Result<(usize, usize), ()> {
+                        d[..n].copy_from_slice(&bytes);
+                        Ok((1, n))
+                    })
+                    .unwrap();
+                assert_eq!(k, 1);
                 // A failing fill appends nothing.
-                if seg.room() >= 3 {
-                    assert!(seg.append_with(3, |_: &mut [u8]| Err(())).is_err());
-                }
+                assert!(seg.append_fitting(|_: &mut [u8]| Err(())).is_err());
                 assert_eq!(seg.filled(), &bytes[..]);
                 let free = sink.free.len();
                 sink.pass(seg).unwrap();

@@ -1,7 +1,9 @@
 //! [`CbfWriter`]: sequences in, a CBF file out.
 
 use super::sink::{Records, Segment, Sink};
-use cntkio_core::cbf::{check_chunk_fast, check_parsed_chunk_fast, check_sequence, encode_checked_record_to};
+use cntkio_core::cbf::{
+    check_chunk_fast, check_parsed_chunk_fast, check_sequence, encode_checked_record_to, encode_checked_records_to,
+};
 use cntkio_core::cbf::{encode_header, encode_prefix};
 use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
 use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
@@ -597,15 +599,22 @@ impl CbfWriter {
                 self.deferred_bytes += bytes;
                 continue;
             }
-            for s in run.clone() {
-                let len = usize::try_from(valid_record_len(d, s))
-                    .map_err(|_| Error::config("a record too large for memory"))?;
-                if !matches!(sec.last(), Some(Piece::Segment(g)) if g.room() >= len) {
-                    sec.push(Piece::Segment(sink.segment(len).map_err(|e| Error::io("write a CBF chunk", e))?));
+            // Records into the last segment while they fit, then into a new one.
+            let (mut s, mut fresh) = (run.start, false);
+            while s < run.end {
+                let k = match sec.last_mut() {
+                    Some(Piece::Segment(g)) => g.append_fitting(|dst| encode_checked_records_to(d, s..run.end, dst))?,
+                    _ => 0,
+                };
+                if k == 0 && fresh {
+                    return Err(Error::config("internal: a record does not fit a segment made for it"));
                 }
-                match sec.last_mut() {
-                    Some(Piece::Segment(g)) => g.append_with(len, |dst| encode_checked_record_to(d, s, dst))?,
-                    _ => return Err(Error::config("internal: no segment to encode into")),
+                s += k;
+                fresh = k == 0;
+                if fresh {
+                    let len = usize::try_from(valid_record_len(d, s))
+                        .map_err(|_| Error::config("a record too large for memory"))?;
+                    sec.push(Piece::Segment(sink.segment(len).map_err(|e| Error::io("write a CBF chunk", e))?));
                 }
             }
         }
@@ -750,6 +759,11 @@ impl Records for Deferred {
     }
     fn encode(&self, i: usize, dst: &mut [u8]) -> Result<(), String> {
         encode_checked_record_to(&self.data.data.streams[self.stream], self.seqs.start + i, dst)
+            .map_err(|e| e.to_string())
+    }
+    fn encode_fitting(&self, i: usize, dst: &mut [u8]) -> Result<(usize, usize), String> {
+        let from = self.seqs.start.saturating_add(i).min(self.seqs.end);
+        encode_checked_records_to(&self.data.data.streams[self.stream], from..self.seqs.end, dst)
             .map_err(|e| e.to_string())
     }
     fn len(&self) -> u64 {
