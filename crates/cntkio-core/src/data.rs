@@ -223,7 +223,9 @@ impl ChunkData {
     pub fn reserve_like(&mut self, like: &Sizes) {
         fn room<T>(v: &mut Vec<T>, n: usize) {
             let want = n.saturating_add(n / 8);
-            v.reserve(want.saturating_sub(v.len()));
+            // A hint: if the allocator declines (an address space or overcommit limit), the vector grows
+            // as it is filled instead of ending the process.
+            let _ = v.try_reserve(want.saturating_sub(v.len()));
         }
         let vectors: usize =
             2 + self.streams.iter().map(|s| if s.format() == StorageFormat::Sparse { 4 } else { 2 }).sum::<usize>();
@@ -268,10 +270,15 @@ impl ChunkData {
 pub struct Sizes(Vec<usize>);
 
 impl Sizes {
-    /// Every length times `num / den` (rounded up), as for a chunk of `num` bytes from one of `den`.
+    /// Every length times `num / den` (rounded up), as for a chunk of `num` bytes from one of `den`, and
+    /// at most `num + 1`: no vector of a chunk parsed from text has more elements than the text has bytes
+    /// (plus the leading offset), so a dense small chunk followed by a huge sparse one (a long sequence of
+    /// comments, say) asks for no more than its text could fill.
     pub fn scaled(&self, num: u64, den: u64) -> Sizes {
         let den = u128::from(den.max(1));
-        let scale = |n: usize| usize::try_from((n as u128 * u128::from(num)).div_ceil(den)).unwrap_or(usize::MAX);
+        let most = usize::try_from(num).unwrap_or(usize::MAX).saturating_add(1);
+        let scale =
+            |n: usize| usize::try_from((n as u128 * u128::from(num)).div_ceil(den)).unwrap_or(usize::MAX).min(most);
         Sizes(self.0.iter().map(|&n| scale(n)).collect())
     }
 }
@@ -350,8 +357,14 @@ mod tests {
         let mut dense = ChunkData::new(&schema(&[StorageFormat::Dense]));
         dense.reserve_like(&sparse.sizes());
         assert_eq!(dense.heap_bytes(), ChunkData::new(&schema(&[StorageFormat::Dense])).heap_bytes());
-        assert_eq!(sparse.sizes().scaled(1, 3), Sizes(vec![4, 4, 7, 4, 7, 4]));
-        assert_eq!(sparse.sizes().scaled(2, 1), Sizes(vec![20, 20, 40, 22, 40, 22]));
+        assert_eq!(sparse.sizes().scaled(100, 300), Sizes(vec![4, 4, 7, 4, 7, 4]));
+        assert_eq!(sparse.sizes().scaled(200, 100), Sizes(vec![20, 20, 40, 22, 40, 22]));
+        // Never more elements than a chunk of `num` bytes could hold, however dense the chunk measured.
+        assert_eq!(sparse.sizes().scaled(20, 2), Sizes(vec![21; 6]));
         assert_eq!(sparse.sizes().scaled(u64::MAX, 0).0.len(), 6);
+        // A request the allocator cannot meet is declined, not fatal.
+        let mut d = ChunkData::new(&schema(&[StorageFormat::Sparse]));
+        d.reserve_like(&Sizes(vec![usize::MAX / 2; 6]));
+        assert_eq!(d.num_sequences(), 0);
     }
 }
