@@ -227,9 +227,8 @@ impl ChunkData {
             // as it is filled instead of ending the process.
             let _ = v.try_reserve(want.saturating_sub(v.len()));
         }
-        let vectors: usize =
-            2 + self.streams.iter().map(|s| if s.format() == StorageFormat::Sparse { 4 } else { 2 }).sum::<usize>();
-        if like.0.len() != vectors {
+        // The vectors in the order `sizes` lists them: another schema lists another number of them.
+        if like.0.len() != self.sizes().0.len() {
             return;
         }
         let mut n = like.0.iter().copied();
