@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
     "FULL_DATA_SWEEP",
     "INFINITELY_REPEAT",
+    "Loader",
     "Minibatch",
     "MinibatchData",
     "MinibatchSource",
@@ -830,3 +831,5 @@ from cntkio._source import (  # noqa: E402
     MinibatchData,
     MinibatchSource,
 )
+from cntkio._loader import Loader  # noqa: E402
+

@@ -56,7 +56,7 @@ import numpy as np
 from cntkio import CBFDeserializer, CTFDeserializer, UsageError, _Deserializer, detect_format
 from cntkio._source import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, Minibatch, MinibatchSource
 
-__all__ = ["IterableDataset", "MinibatchIterable"]
+__all__ = ["IterableDataset", "Loader", "MinibatchIterable"]
 
 _log = logging.getLogger(__name__)
 
@@ -475,8 +475,12 @@ def _dataset_class() -> Any:
 def __getattr__(name: str) -> Any:
     if name == "IterableDataset":
         return _dataset_class()
+    if name == "Loader":
+        from cntkio._torch_loader import loader_class
+
+        return loader_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> List[str]:
-    return sorted(list(globals()) + ["IterableDataset"])
+    return sorted(list(globals()) + ["IterableDataset", "Loader"])

@@ -12,7 +12,8 @@ use crate::EXIT_OK;
 use cntkio::cbf::CbfOptions;
 use cntkio::randomize::Window;
 use cntkio::source::{
-    Batch, CbfSource, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength, SourceState,
+    Batch, CbfSource, Deserializer, Feed, FeedConfig, MinibatchConfig, MinibatchSource, MultiSource, RunLength,
+    SourceState,
 };
 use cntkio::{CtfReader, Error, StreamSpec};
 use std::io::Write;
@@ -138,7 +139,7 @@ pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
         src.restore(&read_state(p)?)?;
     }
     if a.bench {
-        return bench(&mut src, a.mb_size);
+        return bench(src, a.mb_size, a.read.threads());
     }
     let streams = src.streams().to_vec();
     let stdout = std::io::stdout();
@@ -174,19 +175,18 @@ pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
     Ok(EXIT_OK)
 }
 
-/// `--bench`: reads the run without printing minibatches; reports minibatches, samples, samples/s and peak
-/// memory on stdout as one JSON object.
-fn bench(src: &mut MinibatchSource, mb_size: u64) -> Result<u8, Error> {
+/// `--bench`: reads the run without printing minibatches, assembled by `threads` threads with several
+/// minibatches in flight (the feed of a training loop, [`Feed`]); reports minibatches, samples, samples/s
+/// and peak memory on stdout as one JSON object.
+fn bench(src: MinibatchSource, mb_size: u64, threads: usize) -> Result<u8, Error> {
     let t = std::time::Instant::now();
-    let mut batch = Batch::new(src.streams());
+    let mut feed = Feed::start(src, FeedConfig { size: mb_size, threads, ahead: 2 * threads + 2 })?;
     let (mut minibatches, mut samples, mut sequences) = (0u64, 0u64, 0u64);
-    while src.next_minibatch_into(mb_size, &mut batch)? {
+    while let Some(fed) = feed.next_batch()? {
         minibatches += 1;
-        samples += batch.num_declared_samples();
-        sequences += batch.num_sequences() as u64;
-        if batch.end_of_sweep && std::env::var_os("DEBUG_SWEEPS").is_some() {
-            eprintln!("sweep end at {:?}", t.elapsed());
-        }
+        samples += fed.batch.num_declared_samples();
+        sequences += fed.batch.num_sequences() as u64;
+        feed.recycle(fed.batch);
     }
     let secs = t.elapsed().as_secs_f64();
     let line = serde_json::json!({
@@ -195,6 +195,7 @@ fn bench(src: &mut MinibatchSource, mb_size: u64) -> Result<u8, Error> {
         "samples": samples,
         "seconds": secs,
         "samples_per_second": samples as f64 / secs.max(1e-9),
+        "threads": threads,
         "peak_rss_bytes": peak_rss_bytes(),
     });
     let mut out = line.to_string().into_bytes();

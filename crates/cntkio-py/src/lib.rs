@@ -4,6 +4,7 @@
 
 mod arrays;
 mod errors;
+mod feed;
 mod ops;
 mod pool;
 mod reader;
@@ -25,6 +26,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_CHUNK_SIZE", cntkio::options::DEFAULT_CHUNK_SIZE)?;
     m.add_class::<reader::Reader>()?;
     m.add_class::<source::Source>()?;
+    m.add_class::<feed::Feed>()?;
+    m.add_class::<feed::BatchMemory>()?;
     m.add_function(wrap_pyfunction!(reader::read_all, m)?)?;
     m.add_function(wrap_pyfunction!(reader::stream_infos, m)?)?;
     m.add_function(wrap_pyfunction!(ops::detect, m)?)?;

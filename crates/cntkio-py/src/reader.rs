@@ -7,7 +7,7 @@ use crate::spec::{from_dict, Spec};
 use cntkio::cbf::CbfFile;
 use cntkio::ctf::{scan_file, ScanOptions};
 use cntkio::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
-use cntkio::source::{CbfSource, Deserializer};
+use cntkio::source::{CbfSource, Deserializer, SourceChunk};
 use cntkio::{ChunkData, CtfReader, ElementType, Error, InputFile, Schema, StreamSpec};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -39,6 +39,15 @@ impl Deserializer for CbfDeserializer {
     }
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
         Ok(Arc::new(read_cbf_chunk(self.source.file(), chunk as usize, self.precision)?))
+    }
+    fn load_source_chunk(&self, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
+        if self.streams.iter().zip(self.source.streams()).all(|(a, b)| a.element_type == b.element_type) {
+            // The file's own element types: the records are kept undecoded and copied once, into the
+            // minibatch (decoding the whole chunk first would copy every value twice).
+            self.source.load_source_chunk(chunk, spare)
+        } else {
+            Ok(SourceChunk::from_data(self.load_chunk(chunk)?))
+        }
     }
 }
 

@@ -7,13 +7,30 @@ use crate::errors::{py_err, usage};
 use crate::reader::{stream_info, Reader};
 use cntkio::randomize::{ChunkInfo, SequenceInfo, SequenceSource, Window};
 use cntkio::source::{
-    Batch, Composite, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength, SourceState,
+    Batch, BpttLayout, Composite, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength, SourceState,
 };
 use cntkio::{ChunkData, Error, Layout, StreamSpec, Values};
 use numpy::{IntoPyArray, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A truncated-BPTT layout as `(rows, columns, fragments)` (`fragments`: int64 `(sequences, 4)` of `[row,
+/// column, offset, sequence_len]`), or None.
+pub(crate) fn bptt_to_py<'py>(py: Python<'py>, layout: Option<&BpttLayout>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match layout {
+        None => py.None().into_bound(py),
+        Some(l) => {
+            let flat: Vec<i64> = l
+                .fragments
+                .iter()
+                .flat_map(|f| [i64::from(f.row), f.column as i64, f.offset as i64, f.sequence_len as i64])
+                .collect();
+            let fragments = flat.into_pyarray(py).reshape([l.fragments.len(), 4])?;
+            (l.rows, l.columns, fragments).into_pyobject(py)?.into_any()
+        }
+    })
+}
 
 /// A deserializer with the chunk and sequence structure of another and no streams: the minibatch source
 /// over it walks exactly the same sequences, sweeps and workers' shares without reading any data (used to
@@ -248,18 +265,7 @@ impl Source {
             .map_err(py_err)?;
         let Some(batch) = batch else { return Ok(None) };
         let (eos, eor) = (batch.end_of_sweep, batch.end_of_run);
-        let bptt = match &batch.bptt {
-            None => py.None().into_bound(py),
-            Some(l) => {
-                let flat: Vec<i64> = l
-                    .fragments
-                    .iter()
-                    .flat_map(|f| [i64::from(f.row), f.column as i64, f.offset as i64, f.sequence_len as i64])
-                    .collect();
-                let fragments = flat.into_pyarray(py).reshape([l.fragments.len(), 4])?;
-                (l.rows, l.columns, fragments).into_pyobject(py)?.into_any()
-            }
-        };
+        let bptt = bptt_to_py(py, batch.bptt.as_ref())?;
         let data = chunk_to_py(py, batch.data)?;
         let (keys, lengths, streams) = (data.get_item(0)?, data.get_item(1)?, data.get_item(2)?);
         Ok(Some((keys, lengths, streams, eos, eor, bptt).into_pyobject(py)?))
@@ -319,5 +325,14 @@ impl Source {
             })
         })
         .map_err(py_err)
+    }
+}
+
+impl Source {
+    /// A new minibatch source with this one's data and configuration for partition `rank` of `workers`,
+    /// at the start of the run.
+    pub(crate) fn fresh(&self, workers: u32, rank: u32) -> Result<MinibatchSource, Error> {
+        let config = lock(&self.inner).config().clone();
+        MinibatchSource::new(self.deserializer.clone(), MinibatchConfig { workers, rank, ..config })
     }
 }

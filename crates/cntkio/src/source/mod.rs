@@ -68,12 +68,14 @@ mod ahead;
 mod bptt;
 mod chunk;
 mod deserializer;
+mod feed;
 mod loader;
 mod plan;
 
 pub use bptt::{BpttLayout, BpttState, Fragment, HeldSequence, RowState};
 pub use chunk::SourceChunk;
 pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
+pub use feed::{FedBatch, Feed, FeedConfig, Recycler};
 
 use crate::randomize::{BlockRandomizer, EpochConfig, NoRandomizer, Pick, SequenceEnumerator, Window};
 use crate::{ChunkData, Error, Layout, StreamData, StreamSpec, Values};
@@ -249,6 +251,94 @@ impl Batch {
     /// Σ of the declared lengths (what the minibatch size counts).
     pub fn num_declared_samples(&self) -> u64 {
         self.data.num_samples.iter().map(|&n| u64::from(n)).sum()
+    }
+}
+
+/// A minibatch planned by [`MinibatchSource::next_planned`]: its sequences chosen, their chunks loaded and
+/// held, the packer's checks made; [`assemble_into`](Self::assemble_into) copies the sequences into a batch.
+/// Planning is sequential (it is the source's order); assembling plans is independent, so several can be
+/// assembled at once on other threads.
+#[derive(Debug)]
+pub struct PlannedBatch(Planned);
+
+#[derive(Debug)]
+enum Planned {
+    /// The run is over (no sequence).
+    Empty { end_of_sweep: bool, end_of_run: bool },
+    /// Sequences to copy.
+    Copy(Plan),
+    /// Assembled already (truncated BPTT), and whether it is a minibatch (false: the run is over).
+    Ready(Box<Batch>, bool),
+}
+
+/// The sequences of a minibatch and the chunks holding them.
+struct Plan {
+    picks: Vec<Pick>,
+    /// `slots[i]`: the index in `chunks` of the chunk of `picks[i]`.
+    slots: Vec<u32>,
+    chunks: Vec<Arc<SourceChunk>>,
+    end_of_sweep: bool,
+    end_of_run: bool,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("sequences", &self.picks.len())
+            .field("chunks", &self.chunks.len())
+            .field("end_of_sweep", &self.end_of_sweep)
+            .field("end_of_run", &self.end_of_run)
+            .finish()
+    }
+}
+
+impl PlannedBatch {
+    /// Whether the run is over: this plan holds no minibatch (assembling it empties the batch).
+    pub fn is_end(&self) -> bool {
+        match &self.0 {
+            Planned::Empty { .. } => true,
+            Planned::Copy(_) => false,
+            Planned::Ready(_, more) => !more,
+        }
+    }
+
+    /// Number of sequences of the minibatch.
+    pub fn num_sequences(&self) -> usize {
+        match &self.0 {
+            Planned::Empty { .. } => 0,
+            Planned::Copy(p) => p.picks.len(),
+            Planned::Ready(b, _) => b.num_sequences(),
+        }
+    }
+
+    /// Copies the minibatch into `batch` (emptied first, its allocations reused; `streams` are the
+    /// source's [`streams`](MinibatchSource::streams)). Returns false, with `batch` empty, when the run is
+    /// over.
+    pub fn assemble_into(self, streams: &[StreamSpec], batch: &mut Batch) -> bool {
+        match self.0 {
+            Planned::Empty { end_of_sweep, end_of_run } => {
+                prepare(batch, streams);
+                batch.bptt = None;
+                batch.end_of_sweep = end_of_sweep;
+                batch.end_of_run = end_of_run;
+                false
+            }
+            Planned::Ready(b, more) => {
+                *batch = *b;
+                more
+            }
+            Planned::Copy(p) => {
+                prepare(batch, streams);
+                batch.bptt = None;
+                batch.end_of_sweep = p.end_of_sweep;
+                batch.end_of_run = p.end_of_run;
+                batch.data.keys.extend(p.picks.iter().map(|q| q.key));
+                batch.data.num_samples.extend(p.picks.iter().map(|q| q.num_samples));
+                let views: Vec<chunk::ChunkView<'_>> = p.chunks.iter().map(|c| c.view()).collect();
+                fill(&p.picks, &views, &p.slots, &mut batch.data.streams);
+                true
+            }
+        }
     }
 }
 
@@ -509,6 +599,33 @@ impl MinibatchSource {
     /// As [`next_minibatch`](Self::next_minibatch), into `batch` (reusing its allocations); returns false
     /// (with `batch` empty) when the run is over.
     pub fn next_minibatch_into(&mut self, size: u64, batch: &mut Batch) -> Result<bool, Error> {
+        if self.config.truncation_length > 0 {
+            self.check_size(size)?;
+            return self.next_bptt(size, batch);
+        }
+        match self.plan_next(size)? {
+            Some(p) => Ok(PlannedBatch(p).assemble_into(&self.out_streams, batch)),
+            None => unreachable!("plans are made without truncated BPTT"),
+        }
+    }
+
+    /// The next minibatch of about `size` samples, its sequences chosen and their chunks loaded but not yet
+    /// copied: [`PlannedBatch::assemble_into`] copies them, on any thread, while this source plans the next
+    /// ones. The same minibatches as [`next_minibatch`](Self::next_minibatch), whose errors it reports
+    /// (every check of a minibatch's sequences is made here). With truncated BPTT (whose rows are
+    /// filled as they are packed) the minibatch is assembled here.
+    pub fn next_planned(&mut self, size: u64) -> Result<PlannedBatch, Error> {
+        if self.config.truncation_length > 0 {
+            self.check_size(size)?;
+            let mut batch = Batch::new(&self.out_streams);
+            let more = self.next_bptt(size, &mut batch)?;
+            return Ok(PlannedBatch(Planned::Ready(Box::new(batch), more)));
+        }
+        Ok(PlannedBatch(self.plan_next(size)?.expect("plans are made without truncated BPTT")))
+    }
+
+    /// Errors for a minibatch size no minibatch can have.
+    fn check_size(&self, size: u64) -> Result<(), Error> {
         if size == 0 {
             return Err(Error::config("Requested minibatch size must be > 0."));
         }
@@ -519,8 +636,14 @@ impl MinibatchSource {
                  complete; ask for at most {MAX_ENDLESS_MINIBATCH} samples, or end the run"
             )));
         }
+        Ok(())
+    }
+
+    /// Plans the next minibatch (not with truncated BPTT): `None` only with truncated BPTT.
+    fn plan_next(&mut self, size: u64) -> Result<Option<Planned>, Error> {
+        self.check_size(size)?;
         if self.config.truncation_length > 0 {
-            return self.next_bptt(size, batch);
+            return Ok(None);
         }
         let workers = u64::from(self.config.workers);
         let mut local = size / workers + u64::from(u64::from(self.config.rank) < size % workers);
@@ -543,11 +666,8 @@ impl MinibatchSource {
             // The run is over: the enumerator's answer (READER.md §4.3), without letting it shuffle the next
             // sweep's window first. (With CNTK's restore quirk it is asked, as in CNTK: where a later restore
             // lands depends on the sweep it has prepared.)
-            prepare(batch, &self.out_streams);
-            batch.bptt = None;
-            batch.end_of_sweep = pos >= self.sweep_size && pos.is_multiple_of(self.sweep_size);
-            batch.end_of_run = true;
-            return Ok(false);
+            let end_of_sweep = pos >= self.sweep_size && pos.is_multiple_of(self.sweep_size);
+            return Ok(Some(Planned::Empty { end_of_sweep, end_of_run: true }));
         }
         let plan_ahead = self.started
             && self.ahead.is_none()
@@ -585,19 +705,17 @@ impl MinibatchSource {
             }
             None => self.enumerator.get_next(u64::MAX, local)?,
         };
-        prepare(batch, &self.out_streams);
-        batch.bptt = None;
-        batch.end_of_sweep = mb.end_of_sweep;
-        batch.end_of_run = mb.end_of_epoch;
         if mb.picks.is_empty() {
-            return Ok(false);
+            return Ok(Some(Planned::Empty { end_of_sweep: mb.end_of_sweep, end_of_run: mb.end_of_epoch }));
         }
-        let r = self.assemble(&mb.picks, batch);
+        let r = self.locate(mb.picks);
         self.held.clear();
-        r?;
+        let mut plan = r?;
+        plan.end_of_sweep = mb.end_of_sweep;
+        plan.end_of_run = mb.end_of_epoch;
         self.minibatches += 1;
         self.prefetch();
-        Ok(true)
+        Ok(Some(Planned::Copy(plan)))
     }
 
     /// A truncated-BPTT minibatch (module `bptt`).
@@ -660,8 +778,8 @@ impl MinibatchSource {
         }
     }
 
-    /// Copies the sequences of `picks` into `batch` (prepared empty), after CNTK's packer checks.
-    fn assemble(&mut self, picks: &[Pick], batch: &mut Batch) -> Result<(), Error> {
+    /// Loads the chunks of `picks` and makes CNTK's packer checks: the plan of a minibatch.
+    fn locate(&mut self, picks: Vec<Pick>) -> Result<Plan, Error> {
         self.needed.clear();
         self.needed.extend(picks.iter().map(|p| p.chunk));
         self.needed.sort_unstable();
@@ -674,11 +792,12 @@ impl MinibatchSource {
         for (i, &c) in self.needed.iter().enumerate() {
             self.slot_of[c as usize] = i as u32;
         }
+        let slots: Vec<u32> = picks.iter().map(|p| self.slot_of[p.chunk as usize]).collect();
         let views: Vec<chunk::ChunkView<'_>> = self.held.iter().map(|c| c.view()).collect();
-        let view = |p: &Pick| views[self.slot_of[p.chunk as usize] as usize];
+        let view = |i: usize| views[slots[i] as usize];
         if self.config.frame_mode && self.held.iter().any(|c| c.max_len() > 1) {
-            for p in picks {
-                let v = view(p);
+            for (i, p) in picks.iter().enumerate() {
+                let v = view(i);
                 for st in 0..self.source.streams().len() {
                     let n = v.sequence_len(st, p.index as usize);
                     if n > 1 {
@@ -689,8 +808,8 @@ impl MinibatchSource {
             }
         }
         if self.held.iter().any(|c| c.has_empty()) {
-            for p in picks {
-                let v = view(p);
+            for (i, p) in picks.iter().enumerate() {
+                let v = view(i);
                 if let Some(st) = (0..self.source.streams().len()).find(|&st| v.sequence_len(st, p.index as usize) == 0)
                 {
                     return Err(Error::config(format!(
@@ -702,10 +821,8 @@ impl MinibatchSource {
                 }
             }
         }
-        batch.data.keys.extend(picks.iter().map(|p| p.key));
-        batch.data.num_samples.extend(picks.iter().map(|p| p.num_samples));
-        fill(picks, &views, &self.slot_of, &mut batch.data.streams);
-        Ok(())
+        drop(views);
+        Ok(Plan { picks, slots, chunks: std::mem::take(&mut self.held), end_of_sweep: false, end_of_run: false })
     }
 
     /// Takes the enumerator back from the planning thread, if it runs; the enumerator is then where the
@@ -846,8 +963,9 @@ const PREFETCH_SEQUENCES: usize = 8;
 
 /// Appends the sequences of `picks` to `dst` (one entry per stream), stream by stream, asking for the
 /// sequences a few places ahead while copying (they lie at random places of the chunks).
-fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slot_of: &[u32], dst: &mut [StreamData]) {
-    let view = |p: &Pick| views[slot_of[p.chunk as usize] as usize];
+/// `slots[i]`: the index in `views` of the chunk of `picks[i]`.
+fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slots: &[u32], dst: &mut [StreamData]) {
+    let view = |i: usize| views[slots[i] as usize];
     // Dense values: room for the declared samples at once (a fresh batch would otherwise grow, and copy,
     // several times). A hint, capped at 4 Mi values (declared lengths come from the file): a stream longer
     // than that still grows as needed.
@@ -865,20 +983,20 @@ fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slot_of: &[u32], dst: &m
             continue;
         }
         // Two stages: the tables that locate a sequence twice as far ahead, its values once as far ahead.
-        for p in picks.iter().take(2 * PREFETCH_SEQUENCES) {
-            view(p).prefetch_locator(st, p.index as usize);
+        for (i, p) in picks.iter().enumerate().take(2 * PREFETCH_SEQUENCES) {
+            view(i).prefetch_locator(st, p.index as usize);
         }
-        for p in picks.iter().take(PREFETCH_SEQUENCES) {
-            view(p).prefetch(st, p.index as usize);
+        for (i, p) in picks.iter().enumerate().take(PREFETCH_SEQUENCES) {
+            view(i).prefetch(st, p.index as usize);
         }
         for (i, p) in picks.iter().enumerate() {
             if let Some(q) = picks.get(i + 2 * PREFETCH_SEQUENCES) {
-                view(q).prefetch_locator(st, q.index as usize);
+                view(i + 2 * PREFETCH_SEQUENCES).prefetch_locator(st, q.index as usize);
             }
             if let Some(q) = picks.get(i + PREFETCH_SEQUENCES) {
-                view(q).prefetch(st, q.index as usize);
+                view(i + PREFETCH_SEQUENCES).prefetch(st, q.index as usize);
             }
-            view(p).append(st, p.index as usize, d);
+            view(i).append(st, p.index as usize, d);
         }
     }
 }
@@ -894,7 +1012,7 @@ const GATHER_AHEAD: usize = 8;
 /// at once.
 fn gather_dense<'a>(
     picks: &[Pick],
-    view: &impl Fn(&Pick) -> chunk::ChunkView<'a>,
+    view: &impl Fn(usize) -> chunk::ChunkView<'a>,
     st: usize,
     d: &mut StreamData,
     gathered: &mut Vec<(chunk::DenseValues<'a>, u32)>,
@@ -903,14 +1021,14 @@ fn gather_dense<'a>(
         return false;
     }
     gathered.clear();
-    for p in picks.iter().take(GATHER_AHEAD) {
-        view(p).prefetch_locator(st, p.index as usize);
+    for (i, p) in picks.iter().enumerate().take(GATHER_AHEAD) {
+        view(i).prefetch_locator(st, p.index as usize);
     }
     for (i, p) in picks.iter().enumerate() {
         if let Some(q) = picks.get(i + GATHER_AHEAD) {
-            view(q).prefetch_locator(st, q.index as usize);
+            view(i + GATHER_AHEAD).prefetch_locator(st, q.index as usize);
         }
-        match view(p).dense_values(st, p.index as usize) {
+        match view(i).dense_values(st, p.index as usize) {
             Some(g) => gathered.push(g),
             None => return false,
         }

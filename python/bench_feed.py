@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""The feed of a training loop, side by side in one run: how many samples per second each path from a CNTK
+file to a training step delivers (one epoch each, shuffled, batches of ``--batch-size`` samples).
+
+    python3 tools/gen_bench_data.py dense /tmp/dense.ctf 1000
+    cntkio convert /tmp/dense.ctf /tmp/dense.cbf --stream features:100:dense --stream labels:10:dense
+    python3 python/bench_feed.py /tmp/dense.cbf [--batch-size 4096] [--repeat 3] [--threads N]
+
+Rows (each the best of ``--repeat`` epochs, the paths taking turns so that the machine's load falls on all):
+
+* ``native``: ``cntkio batches --bench`` (native assembly, no Python), the ceiling of the others;
+* ``numpy Loader``: :class:`cntkio.Loader`, touching each batch's arrays;
+* ``torch Loader`` (with ``pin_memory`` where CUDA is present): :class:`cntkio.torch.Loader`;
+* ``DataLoader(IterableDataset), W workers``: ``torch.utils.data.DataLoader`` over
+  :class:`cntkio.torch.IterableDataset` with 0 and ``--workers`` worker processes;
+* with CUDA, a training step of a 100→1024→1024→10 MLP (dims from the file) fed by
+  ``cntkio.torch.Loader(device="cuda")``, against the same steps on batches already on the GPU.
+
+CTF files need ``--stream NAME:DIM:dense|sparse`` for each stream. Prints a Markdown table (``--json`` for
+JSON lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+# This script lives beside the package's sources (python/cntkio, without the compiled extension): import the
+# installed package instead.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+import cntkio  # noqa: E402
+
+
+def parse_stream(spec: str) -> tuple:
+    parts = spec.split(":")
+    if len(parts) not in (3, 4) or parts[2] not in ("dense", "sparse"):
+        raise SystemExit(f"--stream NAME:DIM:dense|sparse[:ALIAS], found {spec!r}")
+    name, dim, kind = parts[:3]
+    alias = parts[3] if len(parts) == 4 else name
+    return name, cntkio.StreamDef(field=alias, shape=int(dim), is_sparse=kind == "sparse")
+
+
+def touch(batch: Dict[str, Any]) -> int:
+    """Reads one value of each array (as a training step's first use would) and returns the samples."""
+    n = 0
+    for k, v in batch.items():
+        if k.endswith("_lengths"):
+            n = max(n, int(v.sum()))
+        elif hasattr(v, "shape") and len(v.shape) and v.shape[0]:
+            v[0]
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("path")
+    ap.add_argument("--stream", action="append", default=[], help="NAME:DIM:dense|sparse[:ALIAS] (CTF)")
+    ap.add_argument("--batch-size", type=int, default=4096)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None, help="native threads (default: all cores)")
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader workers of the worker row")
+    ap.add_argument("--skip", action="append", default=[], help="leave out rows whose name contains this")
+    ap.add_argument("--train-batches", type=int, default=300, help="training steps per timed run (CUDA rows)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    threads = args.threads or cntkio._loader.default_threads()
+    streams = cntkio.StreamDefs(**dict(map(parse_stream, args.stream))) if args.stream else None
+    opts: Dict[str, Any] = dict(paths=args.path, streams=streams, batch_size=args.batch_size, shuffle=True,
+                                seed=args.seed)
+    cli_streams = [a for s in args.stream for a in ("--stream", s)]
+    rows: Dict[str, List[float]] = {}
+    notes: Dict[str, str] = {}
+
+    def native() -> float:
+        out = subprocess.run(
+            [sys.executable, "-m", "cntkio", "batches", args.path, *cli_streams, "--mb-size", str(args.batch_size),
+             "--randomize", "--seed", str(args.seed), "--bench", "-j", str(threads)],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        return float(json.loads(out)["samples_per_second"])
+
+    def epoch(make: Callable[[], Any]) -> Callable[[], float]:
+        def run() -> float:
+            it = make()
+            t = time.perf_counter()
+            n = 0
+            for b in it:
+                n += touch(b)
+            return n / (time.perf_counter() - t)
+        return run
+
+    paths: Dict[str, Callable[[], float]] = {"native (cntkio batches --bench)": native}
+    paths["numpy Loader"] = epoch(lambda: cntkio.Loader(**opts, num_threads=threads))
+    torch: Optional[Any] = None
+    try:
+        import torch as _torch  # noqa: F401
+
+        torch = _torch
+    except ImportError:
+        notes["torch"] = "PyTorch not installed: torch rows left out"
+    cuda = torch is not None and torch.cuda.is_available()
+    if torch is not None:
+        import cntkio.torch as ct
+        from torch.utils.data import DataLoader
+
+        paths["torch Loader"] = epoch(lambda: ct.Loader(**opts, num_threads=threads))
+        if cuda:
+            paths["torch Loader, pin_memory"] = epoch(lambda: ct.Loader(**opts, num_threads=threads, pin_memory=True))
+        for w in sorted({0, args.workers}):
+            def make(w: int = w) -> Any:
+                ds = ct.IterableDataset(**opts)
+                return DataLoader(ds, batch_size=None, num_workers=w, persistent_workers=False)
+            paths[f"DataLoader(IterableDataset), {w} workers"] = epoch(make)
+    if cuda:
+        paths.update(training_rows(torch, opts, threads, args.train_batches))
+    paths = {k: v for k, v in paths.items() if not any(s in k for s in args.skip)}
+
+    # Warm-up: the file's pages in the cache, the index built, CUDA initialised.
+    next(iter(cntkio.Loader(**opts, num_threads=threads)))
+    for r in range(args.repeat):
+        for name, run in paths.items():
+            rows.setdefault(name, []).append(run())
+            if not args.json:
+                print(f"  round {r + 1}: {name}: {rows[name][-1] / 1e6:.2f} M samples/s", file=sys.stderr)
+
+    native_best = max(rows.get("native (cntkio batches --bench)", [0.0]))
+    gpu_best = max(rows.get("MLP step on batches already on the GPU", [0.0]))
+    machine = f"{os.cpu_count()} cores" + (f", {torch.cuda.get_device_name()}" if cuda else "")
+    if args.json:
+        for name, v in rows.items():
+            print(json.dumps({"path": name, "samples_per_second": max(v), "runs": v, "machine": machine}))
+        return
+    print(f"{args.path}: batches of {args.batch_size}, shuffled, {threads} native threads; {machine}; "
+          f"best of {args.repeat}")
+    print()
+    print("| path | M samples/s | vs native | vs MLP on GPU data |")
+    print("|---|---|---|---|")
+    for name, v in rows.items():
+        best = max(v)
+        vs_native = f"{best / native_best:.2f}×" if native_best and "MLP" not in name else ""
+        vs_gpu = f"{best / gpu_best:.0%}" if gpu_best and "MLP" in name else ""
+        print(f"| {name} | {best / 1e6:.2f} | {vs_native} | {vs_gpu} |")
+    for k, v in notes.items():
+        print(f"\n{k}: {v}")
+
+
+def training_rows(torch: Any, opts: Dict[str, Any], threads: int, steps: int) -> Dict[str, Callable[[], float]]:
+    """The MLP step fed by the Loader on the GPU, and on batches already there."""
+    import cntkio.torch as ct
+
+    device = torch.device("cuda")
+    probe = next(iter(ct.Loader(**opts, num_threads=threads)))
+    names = [k for k in probe if not k.endswith("_lengths")]
+    x_name, y_name = names[0], names[-1]
+    d_in, d_out = probe[x_name].shape[1], probe[y_name].shape[1]
+    model = torch.nn.Sequential(
+        torch.nn.Linear(d_in, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+        torch.nn.Linear(1024, d_out),
+    ).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step(x: Any, y: Any) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    resident = [
+        (b[x_name].to(device), b[y_name].to(device)) for _, b in zip(range(64), ct.Loader(**opts, num_threads=threads))
+    ]
+
+    def on_gpu() -> float:
+        for x, y in resident[:10]:
+            step(x, y)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        n = 0
+        for i in range(steps):
+            x, y = resident[i % len(resident)]
+            step(x, y)
+            n += x.shape[0]
+        torch.cuda.synchronize()
+        return n / (time.perf_counter() - t)
+
+    def fed() -> float:
+        # Timed from the 10th step on: the steady state, as on_gpu (the first batches wait for the
+        # randomization window's chunks, which the native and epoch rows include).
+        loader = ct.Loader(**opts, num_threads=threads, device=device)
+        n = 0
+        t = 0.0
+        for i, b in enumerate(loader):
+            if i == 10:
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                n = 0
+            if i == steps + 10:
+                break
+            step(b[x_name], b[y_name])
+            n += b[x_name].shape[0]
+        torch.cuda.synchronize()
+        return n / (time.perf_counter() - t)
+
+    return {
+        "MLP step fed by torch Loader(device='cuda')": fed,
+        "MLP step on batches already on the GPU": on_gpu,
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+"""cntkio.Loader and cntkio.torch.Loader: the batches of `cntkio batches`, whatever the threads and prefetch;
+kept batches stay intact; resuming; the torch dicts of IterableDataset."""
+
+from __future__ import annotations
+
+import gc
+import json
+import pickle
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+import cntkio
+
+
+def write_data(path: Path, rng: random.Random, sequences: int, max_len: int, frame: bool = False) -> None:
+    """A CTF file with a dense stream `a` (dim 3), a sparse stream `b` (dim 7) and sequences of 1..max_len
+    rows (one row each in frame mode), some with several sparse entries per sample."""
+    lines = []
+    for s in range(sequences):
+        n = 1 if frame else rng.randint(1, max_len)
+        for r in range(n):
+            dense = " ".join(f"{rng.uniform(-5, 5):.4g}" for _ in range(3))
+            k = rng.randint(1, 3)
+            sparse = " ".join(f"{rng.randrange(7)}:{rng.uniform(0, 2):.3g}" for _ in range(k))
+            lines.append(f"{s} |a {dense} |b {sparse}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+STREAMS = ["--stream", "a:3:dense", "--stream", "b:7:sparse"]
+
+
+def defs() -> cntkio.StreamDefs:
+    return cntkio.StreamDefs(
+        a=cntkio.StreamDef(field="a", shape=3, is_sparse=False),
+        b=cntkio.StreamDef(field="b", shape=7, is_sparse=True),
+    )
+
+
+def cli_batches(path: Path, *args: Any) -> List[Dict[str, Any]]:
+    out = subprocess.run(
+        [sys.executable, "-m", "cntkio", "batches", str(path), *STREAMS, *[str(a) for a in args]],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith('{"mb"')]
+
+
+def as_cli(mb: cntkio.Minibatch) -> Dict[str, Any]:
+    """A minibatch in the JSON shape of `cntkio batches` (numbers as float32 / float64 values)."""
+    streams: Dict[str, Any] = {}
+    keys = [int(k) for k in mb.sequence_keys]
+    for name, s in mb.by_name().items():
+        seqs = []
+        for q in range(s.num_sequences):
+            a, b = int(s.offsets[q]), int(s.offsets[q + 1])
+            if s.is_sparse:
+                seqs.append(
+                    [
+                        [[int(i), float(v)] for i, v in zip(s.indices[s.indptr[j] : s.indptr[j + 1]],
+                                                            s.values[s.indptr[j] : s.indptr[j + 1]])]
+                        for j in range(a, b)
+                    ]
+                )
+            else:
+                seqs.append([[float(v) for v in row] for row in s.values[a:b]])
+        streams[name] = {"keys": keys, "sequences": seqs}
+    return {"sweep_end": bool(mb.end_of_sweep), "streams": streams}
+
+
+def normalized(cli: Dict[str, Any]) -> Dict[str, Any]:
+    """The CLI's line with its numbers as float32 (the data's element type), without the minibatch number."""
+
+    def f32(x: Any) -> Any:
+        if isinstance(x, list):
+            return [f32(v) for v in x]
+        if isinstance(x, str):
+            return float(x)
+        return float(np.float32(x))
+
+    streams = {}
+    for name, s in cli["streams"].items():
+        if name == "b":
+            seqs = [[[[int(i), float(np.float32(v))] for i, v in sample] for sample in q] for q in s["sequences"]]
+        else:
+            seqs = f32(s["sequences"])
+        streams[name] = {"keys": s["keys"], "sequences": seqs}
+    return {"sweep_end": cli["sweep_end"], "streams": streams}
+
+
+CASES = [
+    # seed, sequences, max_len, batch (per rank), window_chunks, chunk_size, world_size, rank, threads, prefetch
+    (1, 300, 4, 16, 4, 600, 1, 0, 1, 1),
+    (2, 400, 3, 37, 2, 900, 1, 0, 3, 7),
+    (3, 250, 5, 8, 128, 500, 2, 1, 2, 2),
+    (4, 500, 2, 50, 3, 700, 3, 2, 4, 16),
+    (5, 120, 6, 200, 1, 400, 1, 0, 2, 3),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("balanced", [False, True])
+def test_loader_gives_the_minibatches_of_cntkio_batches(tmp_path, case, balanced):
+    seed, n, max_len, batch, window, chunk, world, rank, threads, prefetch = case
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(seed), n, max_len)
+    want = cli_batches(
+        path, "--randomize", "--seed", seed + 3, "--mb-size", batch * world, "--window-chunks", window,
+        "--chunk-size", chunk, "--workers", world, "--rank", rank, *(["--balanced-workers"] if balanced else []),
+    )
+    assert want, "the CLI printed minibatches"
+    loader = cntkio.Loader(
+        paths=path, streams=defs(), batch_size=batch, seed=seed, randomization_window_in_chunks=window,
+        chunkSizeInBytes=chunk, world_size=world, rank=rank, num_threads=threads, prefetch=prefetch,
+        balanced_workers=balanced,
+    )
+    loader.set_epoch(3)
+    got = [as_cli(mb) for mb in loader.minibatches()]
+    assert got == [normalized(w) for w in want]
+    assert len(loader) == len(want)
+
+
+def test_loader_frame_mode_and_file_order(tmp_path):
+    path = tmp_path / "frames.ctf"
+    write_data(path, random.Random(9), 333, 1, frame=True)
+    want = cli_batches(path, "--frame-mode", "--mb-size", 10, "--chunk-size", 500)
+    loader = cntkio.Loader(paths=path, streams=defs(), batch_size=10, shuffle=False, frame_mode=True,
+                           chunkSizeInBytes=500, num_threads=2)
+    assert [as_cli(mb) for mb in loader.minibatches()] == [normalized(w) for w in want]
+
+
+def test_loader_truncated_bptt(tmp_path):
+    path = tmp_path / "seq.ctf"
+    rng = random.Random(4)
+    lines = []
+    for s in range(60):
+        for _ in range(rng.randint(1, 9)):
+            lines.append(f"{s} |a {rng.random():.3g} {rng.random():.3g} {rng.random():.3g} |b {rng.randrange(7)}:1")
+    path.write_text("\n".join(lines) + "\n")
+    want = cli_batches(path, "--randomize", "--seed", 2, "--mb-size", 12, "--truncation", 4, "--chunk-size", 300)
+    loader = cntkio.Loader(paths=path, streams=defs(), batch_size=12, seed=2, truncation_length=4,
+                           chunkSizeInBytes=300, num_threads=3)
+    got = list(loader.minibatches())
+    assert len(got) == len(want)
+    for mb, w in zip(got, want):
+        assert [list(f) for f in mb.bptt.fragments] == w["bptt"]["fragments"]
+        assert [int(k) for k in mb.sequence_keys] == w["streams"]["a"]["keys"]
+        # BPTT delivers every stream dense: compare the values of each fragment.
+        for name in ("a", "b"):
+            s = mb[name]
+            seqs = [s.values[int(s.offsets[q]) : int(s.offsets[q + 1])].tolist() for q in range(s.num_sequences)]
+            assert np.allclose(np.concatenate([np.ravel(x) for x in seqs]),
+                               np.concatenate([np.ravel(np.array(x, dtype=np.float32)) for x in w["streams"][name]["sequences"]]))
+
+
+def test_dicts_and_threads_do_not_change_batches(tmp_path):
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(11), 400, 4)
+    runs = []
+    for threads, prefetch in [(1, 1), (2, 2), (4, 9)]:
+        loader = cntkio.Loader(paths=path, streams=defs(), batch_size=24, seed=5, chunkSizeInBytes=800,
+                               num_threads=threads, prefetch=prefetch, with_keys=True, sparse="dense")
+        runs.append([{k: np.array(v) for k, v in d.items()} for d in loader])
+    for other in runs[1:]:
+        assert len(other) == len(runs[0])
+        for x, y in zip(runs[0], other):
+            assert x.keys() == y.keys()
+            for k in x:
+                assert np.array_equal(x[k], y[k])
+    first = runs[0][0]
+    assert set(first) == {"a", "a_lengths", "b", "b_lengths", "keys"}
+    assert first["a"].shape[1] == 3 and first["b"].shape[1] == 7 and first["keys"].dtype == np.int64
+
+
+def test_padded_layout_and_csr(tmp_path):
+    pytest.importorskip("scipy")
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(12), 100, 5)
+    loader = cntkio.Loader(paths=path, streams=defs(), batch_size=20, seed=1, layout="padded", num_threads=2)
+    for d in loader:
+        lengths = d["a_lengths"]
+        assert d["a"].shape == (len(lengths), int(lengths.max()), 3)
+        assert np.array_equal(d["a_mask"].sum(axis=1), lengths)
+    flat = cntkio.Loader(paths=path, streams=defs(), batch_size=20, seed=1, num_threads=2)
+    d = next(iter(flat))
+    assert d["b"].shape == (int(d["b_lengths"].sum()), 7)
+
+
+def test_kept_batches_are_never_overwritten(tmp_path):
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(13), 600, 3)
+    opts = dict(paths=path, streams=defs(), batch_size=16, seed=2, chunkSizeInBytes=700, sparse="raw")
+    copies = [{k: (np.array(v) if not isinstance(v, tuple) else tuple(np.array(p) for p in v)) for k, v in d.items()}
+              for d in cntkio.Loader(**opts, num_threads=3, prefetch=2)]
+    kept: List[Tuple[int, Dict[str, Any]]] = []
+    views = []
+    for i, d in enumerate(cntkio.Loader(**opts, num_threads=3, prefetch=2)):
+        # Keep every third batch whole, a view of one array of every fifth, and drop the rest (whose
+        # buffers are then reused by later batches).
+        if i % 3 == 0:
+            kept.append((i, d))
+        if i % 5 == 0:
+            views.append((i, d["a"][1:]))
+        del d
+        gc.collect()
+    assert len(kept) > 5
+    for i, d in kept:
+        assert np.array_equal(d["a"], copies[i]["a"])
+        for p, q in zip(d["b"], copies[i]["b"]):
+            assert np.array_equal(p, q)
+    for i, v in views:
+        assert np.array_equal(v, copies[i]["a"][1:])
+
+
+def test_resume_continues_the_epoch(tmp_path):
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(14), 300, 3)
+    opts = dict(paths=path, streams=defs(), batch_size=20, seed=4, chunkSizeInBytes=600, num_threads=2,
+                with_keys=True)
+    full = cntkio.Loader(**opts)
+    full.set_epoch(1)
+    keys = [d["keys"].tolist() for d in full]
+    for k in (0, 1, 5, len(keys) - 1):
+        first = cntkio.Loader(**opts)
+        first.set_epoch(1)
+        it = iter(first)
+        for _ in range(k):
+            next(it)
+        state = json.loads(json.dumps(first.state_dict()))
+        assert state["batches"] == k
+        resumed = cntkio.Loader(**opts)
+        resumed.load_state_dict(state)
+        assert [d["keys"].tolist() for d in resumed] == keys[k:]
+        # The next epoch is whole again.
+        resumed.set_epoch(2)
+        assert sum(len(d["keys"]) for d in resumed) == 300
+
+
+def test_loader_errors_and_pickling(tmp_path):
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(15), 50, 2)
+    with pytest.raises(cntkio.UsageError, match="batch_size"):
+        cntkio.Loader(paths=path, streams=defs(), batch_size=0)
+    with pytest.raises(cntkio.UsageError, match="num_threads"):
+        cntkio.Loader(paths=path, streams=defs(), num_threads=0)
+    with pytest.raises(cntkio.UsageError, match="layout"):
+        cntkio.Loader(paths=path, streams=defs(), layout="ragged")
+    loader = cntkio.Loader(paths=path, streams=defs(), batch_size=7, seed=3, with_keys=True)
+    other = pickle.loads(pickle.dumps(loader))
+    assert [d["keys"].tolist() for d in other] == [d["keys"].tolist() for d in loader]
+    # A data error surfaces where the minibatch source reports it, after the batches before it.
+    long = tmp_path / "long.ctf"
+    long.write_text("0 |a 1 2 3 |b 1:1\n1 |a 1 2 3 |b 1:1\n1 |a 1 2 3 |b 1:1\n")
+    frames = cntkio.Loader(paths=long, streams=defs(), batch_size=1, shuffle=False, frame_mode=True)
+    it = iter(frames)
+    next(it)
+    with pytest.raises(cntkio.CntkError, match="non-frame sequence"):
+        next(it)
+
+
+def test_torch_loader_matches_iterable_dataset(tmp_path):
+    torch = pytest.importorskip("torch")
+    import cntkio.torch as ct
+
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(16), 300, 3)
+    opts = dict(paths=path, streams=defs(), batch_size=30, seed=6, chunkSizeInBytes=700, with_keys=True)
+    for layout, sparse in [("flat", "csr"), ("flat", "dense"), ("padded", "csr")]:
+        ds = ct.IterableDataset(**opts, layout=layout, sparse=sparse)
+        want = list(ds)
+        loader = ct.Loader(**opts, layout=layout, sparse=sparse, num_threads=2)
+        got = list(loader)
+        assert len(got) == len(want)
+        for x, y in zip(got, want):
+            assert x.keys() == y.keys()
+            for k in x:
+                a, b = x[k], y[k]
+                if a.layout == torch.sparse_csr:
+                    a, b = a.to_dense(), b.to_dense()
+                assert torch.equal(a, b), k
+    # Through the copying thread (device="cpu"): the same batches.
+    moved = list(ct.Loader(**opts, sparse="dense", device="cpu", num_threads=2))
+    plain = list(ct.Loader(**opts, sparse="dense", num_threads=2))
+    assert len(moved) == len(plain)
+    for x, y in zip(moved, plain):
+        for k in x:
+            assert torch.equal(x[k], y[k])
+    if not torch.cuda.is_available():
+        with pytest.warns(UserWarning, match="not pinned"):
+            ct.Loader(**opts, pin_memory=True)
+        with pytest.raises(cntkio.UsageError, match="CUDA"):
+            ct.Loader(**opts, device="cuda")
+    # Leaving an iteration early stops its threads.
+    it = iter(ct.Loader(**opts, device="cpu"))
+    next(it)
+    it.close()
+
+
+def test_torch_loader_pins_and_moves_to_cuda(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: pinned memory and device copies are tested on a machine with one")
+    import cntkio.torch as ct
+
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(17), 300, 3)
+    opts = dict(paths=path, streams=defs(), batch_size=30, seed=6, chunkSizeInBytes=700, with_keys=True)
+    plain = list(ct.Loader(**opts, num_threads=2))
+    pinned = list(ct.Loader(**opts, num_threads=2, pin_memory=True))
+    assert all(v.is_pinned() for b in pinned for k, v in b.items() if v.layout == torch.strided)
+    for layout, sparse in [("flat", "csr"), ("padded", "dense")]:
+        cpu = list(ct.Loader(**opts, layout=layout, sparse=sparse, num_threads=2))
+        gpu = list(ct.Loader(**opts, layout=layout, sparse=sparse, num_threads=2, device="cuda"))
+        assert len(cpu) == len(gpu) == len(plain)
+        for x, y in zip(cpu, gpu):
+            assert x.keys() == y.keys()
+            for k in x:
+                assert y[k].device.type == "cuda"
+                a, b = x[k], y[k].cpu()
+                if a.layout == torch.sparse_csr:
+                    a, b = a.to_dense(), b.to_dense()
+                assert torch.equal(a, b), k
+    # Batches used on the current stream while later ones are copied on the side stream stay intact.
+    total = torch.zeros((), device="cuda")
+    for b in ct.Loader(**opts, sparse="dense", num_threads=2, device="cuda"):
+        total += (b["a"] * 2).sum()
+    want = sum(float(x["a"].double().sum()) * 2 for x in plain)
+    assert abs(float(total) - want) < 1e-3 * max(1.0, abs(want))
