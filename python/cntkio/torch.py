@@ -416,9 +416,9 @@ class MinibatchIterable:
         self._delivered = None
 
     def _resume_slot(self, src: MinibatchSource, size: int, worker: int, workers: int) -> Tuple[int, int, int]:
-        """``(slot, skipped, delivered)``: which of this rank's ``workers`` partitions this worker reads, and how many of
-        its batches it skips (``src`` is restored past them), and the sequences those held (counted with
-        balanced dealing, else 0). Without a resume point: its own, none. When
+        """``(slot, skipped, delivered)``: which of this rank's ``workers`` partitions this worker reads, how
+        many of its batches it skips (``src`` is restored past them), and the sequences those held (counted
+        with balanced dealing, else 0). Without a resume point: its own, none. When
         resuming after ``n`` batches, the DataLoader's round robin is replayed from the index: each partition's
         share of the ``n`` is skipped, and the partitions are rotated so that the resumed loader's worker 0
         reads the partition whose turn was next — the resumed loader then yields the uninterrupted order."""

@@ -35,7 +35,9 @@ N = 61
 EPOCH = 1
 
 
-def maker(d, rank: int, world: int, states: Any = None, num_workers: Optional[int] = None, **kw) -> Callable[[], ct.MinibatchIterable]:
+def maker(
+    d, rank: int, world: int, states: Any = None, num_workers: Optional[int] = None, **kw
+) -> Callable[[], ct.MinibatchIterable]:
     def make() -> ct.MinibatchIterable:
         args: Dict[str, Any] = dict(batch_size=3, seed=7, balanced_workers=True)
         args.update(kw)
@@ -97,8 +99,12 @@ def assert_once(read: List[int]) -> None:
     assert max(c.values()) == 1, [k for k, v in c.items() if v > 1]
 
 
-@pytest.mark.parametrize("old,new", [((2, 0), (3, 0)), ((4, 0), (2, 0)), ((3, 0), (1, 0)), ((1, 0), (4, 0)),
-                                     ((2, 2), (3, 0)), ((1, 3), (2, 2)), ((2, 0), (1, 3)), ((3, 2), (2, 3))])
+# (world size, DataLoader workers; 0: in process) of the old and the new run.
+CASES = [((2, 0), (3, 0)), ((4, 0), (2, 0)), ((3, 0), (1, 0)), ((1, 0), (4, 0)),
+         ((2, 2), (3, 0)), ((1, 3), (2, 2)), ((2, 0), (1, 3)), ((3, 2), (2, 3))]
+
+
+@pytest.mark.parametrize("old,new", CASES)
 def test_every_sequence_once_on_another_world_size_and_worker_count(tmp_path, old, new):
     d = data(tmp_path)
     for seed in range(4):
