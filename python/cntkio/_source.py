@@ -384,6 +384,11 @@ class MinibatchSource:
             of ``next_minibatch(size, num_data_partitions, partition_index)``: partition r of W gets the
             sequences at indices r, r + W, … of the single reader's order, so partitions differ by at most one
             sequence per sweep (CNTK deals whole chunks; a partition beyond the number of chunks gets nothing).
+        elastic_resume: (cntkio) with ``balanced_workers`` and randomization, ``{"sweep": k, "rounds": [[n, …],
+            …]}``: earlier runs read part of sweep ``k`` with other numbers of partitions (``rounds[i][r]``:
+            the sequences partition ``r`` of ``len(rounds[i])`` was delivered, as :meth:`sequences_delivered`
+            counts them); this source reads the rest of that sweep, dealt to its partitions in turn, so that
+            every sequence of the sweep is read once. Later sweeps are dealt as usual.
 
     CNTK's configuration names are accepted as keywords too: ``randomizationWindow`` (with
     ``sampleBasedRandomizationWindow``), ``randomizationSeed``, ``maxSamples``, ``maxSweeps``, ``frameMode``,
@@ -409,6 +414,7 @@ class MinibatchSource:
         concat: bool = False,
         cntk_restore_quirk: bool = False,
         balanced_workers: bool = False,
+        elastic_resume: Optional[Mapping[str, Any]] = None,
         **cntk_config: Any,
     ) -> None:
         args: Dict[str, Any] = dict(
@@ -437,6 +443,7 @@ class MinibatchSource:
         self._concat = _bool("concat", concat)
         self._quirk = _bool("cntk_restore_quirk", cntk_restore_quirk)
         self._balanced = _bool("balanced_workers", balanced_workers)
+        self._elastic = _elastic_resume(elastic_resume)
 
         max_samples = _int("max_samples", args["max_samples"])
         max_sweeps = _int("max_sweeps", args["max_sweeps"])
@@ -504,6 +511,7 @@ class MinibatchSource:
             truncation_length=truncation,
             threads=threads,
             balanced_workers=self._balanced,
+            elastic_resume=self._elastic,
         )
         self.truncation_length: int = truncation
         """Truncated BPTT's length in samples (0: off)."""
@@ -649,17 +657,39 @@ class MinibatchSource:
     def current_position(self, position: Mapping[str, Any]) -> None:
         self.restore_from_checkpoint(position)
 
+    def sequences_delivered(self, sweep: int = 0) -> int:
+        """(cntkio) With ``balanced_workers`` and randomization: the number of sequences of sweep ``sweep``
+        delivered by this source (to the partition of its last ``next_minibatch``) — the same after a restore
+        as in the uninterrupted run. In a sweep resumed with ``elastic_resume``, of the sequences left to this
+        run."""
+        return int(self._src.sequences_delivered(_int("sweep", sweep)))
+
     def _plan(self, size: int, workers: int = 1, rank: int = 0, limit: Optional[int] = None) -> List[str]:
         """Checkpoints (JSON) after each minibatch of the whole run for one partition, found from the index
         without reading data."""
-        return list(self._src.plan(size, workers, rank, limit))
+        return [state for state, _ in self._src.plan(size, workers, rank, limit)]
+
+    def _plan_counts(
+        self, size: int, workers: int = 1, rank: int = 0, limit: Optional[int] = None, sweep: int = 0
+    ) -> List[Tuple[str, Optional[int]]]:
+        """As :meth:`_plan`, each checkpoint with the sequences of sweep ``sweep`` the partition was delivered
+        until then (None without balanced dealing)."""
+        return list(self._src.plan(size, workers, rank, limit, sweep))
 
     # ---- pickling ---------------------------------------------------------------------------------------
     def __reduce__(self) -> Any:
         args = dict(self._args)
         return (
             _rebuild_source,
-            (self._deserializers, args, self._concat, self._quirk, self._src.state(), self._balanced),
+            (
+                self._deserializers,
+                args,
+                self._concat,
+                self._quirk,
+                self._src.state(),
+                self._balanced,
+                None if self._elastic is None else {"sweep": self._elastic[0], "rounds": self._elastic[1]},
+            ),
         )
 
     def __repr__(self) -> str:
@@ -689,7 +719,29 @@ def _rebuild_source(
     quirk: bool,
     state: str,
     balanced: bool = False,
+    elastic: Optional[Mapping[str, Any]] = None,
 ) -> MinibatchSource:
-    s = MinibatchSource(deserializers, **args, concat=concat, cntk_restore_quirk=quirk, balanced_workers=balanced)
+    s = MinibatchSource(
+        deserializers,
+        **args,
+        concat=concat,
+        cntk_restore_quirk=quirk,
+        balanced_workers=balanced,
+        elastic_resume=elastic,
+    )
     s._src.restore(state)
     return s
+
+
+def _elastic_resume(value: Optional[Mapping[str, Any]]) -> Optional[Tuple[int, List[List[int]]]]:
+    """``elastic_resume={"sweep": k, "rounds": [[n, …], …]}`` as ``(k, rounds)``, checked for its shape (the
+    counts are checked against the data by the source)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) - {"sweep", "rounds"} or "rounds" not in value:
+        raise UsageError(f'elastic_resume must be {{"sweep": k, "rounds": [[n, ...], ...]}}, found {value!r}')
+    sweep = _int("elastic_resume sweep", value.get("sweep", 0))
+    rounds = value["rounds"]
+    if not isinstance(rounds, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in rounds):
+        raise UsageError(f"elastic_resume rounds must be a list of lists of counts, found {rounds!r}")
+    return sweep, [[_int("elastic_resume count", n) for n in r] for r in rounds]

@@ -36,8 +36,19 @@ every rank and worker derives the same order from the shared seed. ``batch_size`
 the dataset counts the batches it yields; with worker processes pass the count the training loop took
 (``ds.state_dict(batches=step + 1, num_workers=2)``): each worker replays the DataLoader's round robin (workers in turn,
 exhausted workers skipped) from the index alone, without reading data, and restores its source to the
-position after its share, so the resumed run yields what the uninterrupted one would have. The number of
-workers, ranks and the options must be the same.
+position after its share, so the resumed run yields what the uninterrupted one would have. With one state the
+number of workers, ranks and the options must be the same.
+
+*Elastic resume* (``balanced_workers=True`` with ``shuffle=True``): the state also records, per partition of
+the rank, the sequences it consumed in the epoch (``consumed``). Collect every rank's state
+(:func:`gather_states` does it over ``torch.distributed``) and give the list to :meth:`load_state_dict`, with
+the new ``num_workers`` when it changed: any world size and number of DataLoader workers may then resume the
+epoch. With the same world size and workers it is the exact resume above; otherwise the sequences the old
+partitions consumed are left out of the epoch's order and the rest is dealt to the new partitions in turn, so
+that every sequence of the epoch is read exactly once across the runs (the new run's batches are not the
+uninterrupted run's). After an elastic resume ``batches`` counts the batches taken since the resume (the
+dataset's own count does). CNTK's chunk dealing cannot do this: without ``balanced_workers`` and ``shuffle`` a
+list of states of another world size is a :class:`cntkio.UsageError`.
 
 **Pickling** is by path and options (deserializer configurations), never open files, so the dataset works
 with ``spawn`` and ``forkserver`` workers.
@@ -56,7 +67,7 @@ import numpy as np
 from cntkio import CBFDeserializer, CTFDeserializer, UsageError, _Deserializer, detect_format
 from cntkio._source import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, Minibatch, MinibatchSource
 
-__all__ = ["IterableDataset", "Loader", "MinibatchIterable"]
+__all__ = ["IterableDataset", "Loader", "MinibatchIterable", "gather_states"]
 
 _log = logging.getLogger(__name__)
 
@@ -218,18 +229,33 @@ class MinibatchIterable:
         self.epoch = 0
         self._resume: Optional[Tuple[int, int, int]] = None  # (epoch, batches, workers) to skip
         self._yielded = 0  # batches yielded in this process in the current epoch
+        # Sequences those batches held (balanced dealing; None when not counted).
+        self._delivered: Optional[int] = 0
+        # (epoch, rounds): the epoch resumed elastically and the sequences earlier runs consumed of it.
+        self._elastic: Optional[Tuple[int, List[List[int]]]] = None
         # Opens the files and checks the options now, not only in the workers.
         self._infos = self._source(0).stream_infos()
 
     # ---- configuration ----------------------------------------------------------------------------------
     def _source(self, epoch: int) -> MinibatchSource:
+        rounds = self._rounds(epoch)
         return MinibatchSource(
             self._deserializers,
             max_sweeps=1,
             randomize=self.shuffle,
             randomization_seed=self.seed + epoch,
+            elastic_resume=None if not rounds else {"sweep": 0, "rounds": rounds},
             **self._options,
         )
+
+    def _rounds(self, epoch: int) -> List[List[int]]:
+        """The sequences earlier runs consumed of epoch ``epoch`` when it was resumed elastically (else [])."""
+        if self._elastic is None or self._elastic[0] != epoch:
+            return []
+        return [list(r) for r in self._elastic[1]]
+
+    def _balanced(self) -> bool:
+        return self.shuffle and bool(self._options["balanced_workers"])
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch of the next iteration: shuffled with ``seed + epoch``. Call it before every epoch, on
@@ -238,8 +264,11 @@ class MinibatchIterable:
             raise UsageError(f"epoch must be a non-negative integer, found {epoch!r}")
         if epoch != self.epoch:
             self._yielded = 0
+            self._delivered = 0
         if self._resume is not None and self._resume[0] != epoch:
             self._resume = None
+        if self._elastic is not None and self._elastic[0] != epoch:
+            self._elastic = None
         self.epoch = epoch
 
     def partition(self) -> Tuple[int, int]:
@@ -261,7 +290,7 @@ class MinibatchIterable:
                                         or num_workers < 0):
             raise UsageError(f"num_workers must be a non-negative integer, found {num_workers!r}")
         w = _worker()[1] if num_workers is None else max(1, num_workers)
-        return {
+        state: Dict[str, Any] = {
             "version": 1,
             "epoch": self.epoch,
             "batches": batches,
@@ -270,31 +299,131 @@ class MinibatchIterable:
             "shuffle": self.shuffle,
             "world_size": self.world_size,
             "num_workers": None if w == 1 else w,
+            "rank": self.rank,
         }
+        if self._balanced():
+            state["consumed"] = self._consumed(batches, w)
+            state["elastic"] = self._rounds(self.epoch)
+        return state
 
-    def load_state_dict(self, state: Mapping[str, Any], num_workers: Optional[int] = None) -> None:
+    def _consumed(self, batches: int, workers: int) -> List[int]:
+        """The sequences each partition of this rank (``rank × workers + w``, by ``w``) consumed in the
+        epoch in its first ``batches`` batches: counted while iterating in this process, else found by
+        replaying the DataLoader's round robin as :meth:`_resume_slot` does."""
+        if workers == 1 and batches == self._yielded and self._delivered is not None:
+            return [self._delivered]
+        if batches == 0:
+            return [0] * workers
+        src = self._source(self.epoch)
+        partitions = self.world_size * workers
+        size = self.batch_size * partitions
+        plans = [
+            src._plan_counts(size, partitions, self.rank * workers + w, limit=batches) for w in range(workers)
+        ]
+        shares, _ = _consumed_shares(batches, [len(p) for p in plans])
+        return [int(plans[w][k - 1][1] or 0) if k else 0 for w, k in enumerate(shares)]
+
+    def load_state_dict(
+        self, state: Union[Mapping[str, Any], Sequence[Mapping[str, Any]]], num_workers: Optional[int] = None
+    ) -> None:
         """Resumes: the iterations of epoch ``state['epoch']`` leave out its first ``state['batches']``
         batches, until :meth:`set_epoch` moves to another epoch (worker processes cannot tell the dataset
-        that an iteration ended, so the same holds with and without them). ``num_workers``: the DataLoader's (default: the state's); it must be the one the state was
-        taken with."""
+        that an iteration ended, so the same holds with and without them). ``num_workers``: the DataLoader's
+        (default: the state's); with one state it must be the one the state was taken with.
+
+        ``state`` may also be the list of every rank's state (:func:`gather_states`): then any world size and
+        ``num_workers`` may resume the epoch (elastic resume, ``balanced_workers=True`` with ``shuffle=True``
+        only; see the module docs)."""
+        if isinstance(state, Mapping):
+            self._load_one(state, num_workers)
+            return
+        if isinstance(state, (str, bytes)) or not isinstance(state, Sequence) or not state:
+            raise UsageError(f"a state is a dict of state_dict(), or a non-empty list of every rank's: {state!r}")
+        states = [self._check_state(s) for s in state]
+        first = states[0]
+        for s in states[1:]:
+            for key in ("epoch", "world_size", "num_workers", "elastic"):
+                if s.get(key) != first.get(key):
+                    raise UsageError(
+                        f"the states differ in {key} ({first.get(key)!r} and {s.get(key)!r}): give the states of "
+                        "one checkpoint of every rank"
+                    )
+        old_world = int(first["world_size"])
+        ranks = sorted(s.get("rank", -1) for s in states)
+        if ranks != list(range(old_world)):
+            raise UsageError(
+                f"the states are of ranks {ranks}; give the state of every rank of the old world size "
+                f"{old_world} once (ranks 0..{old_world - 1}; states without a rank predate elastic resume)"
+            )
+        old_workers = max(1, int(first.get("num_workers") or 0))
+        workers = max(1, int(num_workers)) if num_workers is not None else old_workers
+        if old_world == self.world_size and old_workers == workers:
+            # The same partitions: this rank's own state resumes exactly.
+            self._load_one(next(s for s in states if s["rank"] == self.rank), num_workers)
+            return
+        if not self._balanced():
+            raise UsageError(
+                f"resuming states of world size {old_world} with {old_workers} DataLoader worker(s) per rank on "
+                f"world size {self.world_size} with {workers} is an elastic resume: it needs balanced_workers=True "
+                "and shuffle=True (CNTK's chunk dealing cannot resume with other partitions)"
+            )
+        consumed: List[int] = []
+        for s in sorted(states, key=lambda s: int(s["rank"])):
+            c = s.get("consumed")
+            if not isinstance(c, list) or len(c) != old_workers:
+                raise UsageError(
+                    f"the state of rank {s['rank']} has no per-worker counts of consumed sequences for its "
+                    f"{old_workers} worker(s) (consumed={c!r}); take it with balanced_workers=True, shuffle=True"
+                )
+            consumed.extend(int(n) for n in c)
+        epoch = int(first["epoch"])
+        rounds = [list(r) for r in (first.get("elastic") or [])] + [consumed]
+        previous = (self.epoch, self._elastic, self._resume, self._yielded, self._delivered)
+        self.set_epoch(epoch)
+        self._elastic = (epoch, rounds)
+        self._resume = (epoch, 0, workers)
+        self._yielded = 0
+        self._delivered = 0
+        try:
+            self._source(epoch)  # checks the counts against the data now
+        except Exception:
+            self.epoch, self._elastic, self._resume, self._yielded, self._delivered = previous
+            raise
+
+    def _check_state(self, state: Any) -> Mapping[str, Any]:
         if not isinstance(state, Mapping) or state.get("version") != 1:
             raise UsageError(f"not a cntkio.torch state (version 1): {state!r}")
-        for key in ("seed", "batch_size", "shuffle", "world_size"):
+        for key in ("seed", "batch_size", "shuffle"):
             if state.get(key) != getattr(self, key):
                 raise UsageError(f"the state has {key}={state.get(key)!r}, this dataset {getattr(self, key)!r}")
+        return state
+
+    def _load_one(self, state: Mapping[str, Any], num_workers: Optional[int]) -> None:
+        self._check_state(state)
+        if state.get("world_size") != self.world_size:
+            raise UsageError(
+                f"the state has world_size={state.get('world_size')!r}, this dataset {self.world_size!r}: to "
+                "resume on another world size give the list of every rank's state (balanced_workers=True)"
+            )
+        rounds = state.get("elastic") or []
+        if rounds and not self._balanced():
+            raise UsageError("the state is of an elastic resume: it needs balanced_workers=True and shuffle=True")
         self.set_epoch(int(state["epoch"]))
+        self._elastic = (self.epoch, [list(r) for r in rounds]) if rounds else None
         workers = num_workers if num_workers is not None else state.get("num_workers")
         self._resume = (self.epoch, int(state["batches"]), max(1, int(workers or 0)))
         self._yielded = int(state["batches"])
+        self._delivered = None
 
-    def _resume_slot(self, src: MinibatchSource, size: int, worker: int, workers: int) -> Tuple[int, int]:
-        """``(slot, skipped)``: which of this rank's ``workers`` partitions this worker reads, and how many of
-        its batches it skips (``src`` is restored past them). Without a resume point: its own, none. When
+    def _resume_slot(self, src: MinibatchSource, size: int, worker: int, workers: int) -> Tuple[int, int, int]:
+        """``(slot, skipped, delivered)``: which of this rank's ``workers`` partitions this worker reads, how
+        many of its batches it skips (``src`` is restored past them), and the sequences those held (counted
+        with balanced dealing, else 0). Without a resume point: its own, none. When
         resuming after ``n`` batches, the DataLoader's round robin is replayed from the index: each partition's
         share of the ``n`` is skipped, and the partitions are rotated so that the resumed loader's worker 0
         reads the partition whose turn was next — the resumed loader then yields the uninterrupted order."""
         if self._resume is None or self._resume[0] != self.epoch:
-            return worker, 0
+            return worker, 0, 0
         _, n, saved_workers = self._resume
         if saved_workers != workers:
             raise UsageError(
@@ -302,17 +431,17 @@ class MinibatchIterable:
                 f"{workers}: pass num_workers to load_state_dict, or use the same number"
             )
         if n == 0:
-            return worker, 0
+            return worker, 0, 0
         partitions = self.world_size * workers
         first = self.rank * workers
         # A partition contributes at most n of the first n batches: its first n checkpoints are enough.
-        plans = [src._plan(size, partitions, first + w, limit=n) for w in range(workers)]
+        plans = [src._plan_counts(size, partitions, first + w, limit=n) for w in range(workers)]
         shares, turn = _consumed_shares(n, [len(p) for p in plans])
         slot = (turn + worker) % workers
         k = shares[slot]
         if k:
-            src.restore_from_checkpoint(plans[slot][k - 1])
-        return slot, k
+            src.restore_from_checkpoint(plans[slot][k - 1][0])
+        return slot, k, int(plans[slot][k - 1][1] or 0) if k else 0
 
     # ---- iteration --------------------------------------------------------------------------------------
     def minibatches(self) -> Iterator[Minibatch]:
@@ -328,11 +457,12 @@ class MinibatchIterable:
                 src.num_chunks,
             )
         size = self.batch_size * partitions
-        slot, skipped = self._resume_slot(src, size, worker, workers)
+        slot, skipped, delivered = self._resume_slot(src, size, worker, workers)
         index = self.rank * workers + slot
         in_process = workers == 1
         if in_process:
             self._yielded = skipped
+            self._delivered = delivered
         while True:
             mb = src.next_minibatch(size, num_data_partitions=partitions, partition_index=index)
             assert isinstance(mb, Minibatch)
@@ -340,6 +470,7 @@ class MinibatchIterable:
                 break
             if in_process:
                 self._yielded += 1
+                self._delivered = delivered = delivered + mb.num_sequences
             yield mb
 
     def __iter__(self) -> Iterator[Any]:
@@ -359,7 +490,7 @@ class MinibatchIterable:
 
     def __reduce__(self) -> Any:
         extra = dict(self.__dict__)
-        state = {k: extra[k] for k in ("epoch", "_resume", "_yielded")}
+        state = {k: extra[k] for k in ("epoch", "_resume", "_yielded", "_delivered", "_elastic")}
         for k in ("layout", "with_keys", "sparse"):
             if k in extra:
                 state[k] = extra[k]
@@ -371,6 +502,31 @@ class MinibatchIterable:
             f"<{type(self).__name__} [{files}] batch_size={self.batch_size} shuffle={self.shuffle} "
             f"seed={self.seed} epoch={self.epoch} rank={self.rank}/{self.world_size}>"
         )
+
+
+def gather_states(
+    dataset_or_state: Union[MinibatchIterable, Mapping[str, Any]],
+    batches: Optional[int] = None,
+    num_workers: Optional[int] = None,
+) -> List[Dict[str, Any]]:
+    """Every rank's state, for :meth:`MinibatchIterable.load_state_dict` on any world size: the state of
+    ``dataset_or_state`` (a dataset's :meth:`~MinibatchIterable.state_dict` with ``batches`` and
+    ``num_workers``, or a state dict) gathered with ``torch.distributed.all_gather_object`` when
+    ``torch.distributed`` is initialised (a collective: call it on every rank), else ``[state]``."""
+    if isinstance(dataset_or_state, MinibatchIterable):
+        state = dataset_or_state.state_dict(batches=batches, num_workers=num_workers)
+    elif isinstance(dataset_or_state, Mapping):
+        if batches is not None or num_workers is not None:
+            raise UsageError("batches and num_workers apply to a dataset, not to a state dict")
+        state = dict(dataset_or_state)
+    else:
+        raise UsageError(f"gather_states takes a cntkio.torch dataset or its state_dict(), found {dataset_or_state!r}")
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return [state]
+    out: List[Any] = [None] * int(dist.get_world_size())
+    dist.all_gather_object(out, state)
+    return [dict(s) for s in out]
 
 
 def _rebuild(cls_name: str, config: Dict[str, Any], state: Dict[str, Any]) -> Any:

@@ -64,6 +64,7 @@ pub fn config(a: &BatchesArgs) -> MinibatchConfig {
         threads: a.read.threads,
         prefetch: None,
         truncation_length: a.truncation.unwrap_or(0),
+        elastic_resume: None,
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::arrays::chunk_to_py;
 use crate::errors::{py_err, usage};
 use crate::reader::{stream_info, Reader};
-use cntkio::randomize::{ChunkInfo, SequenceInfo, SequenceSource, Window};
+use cntkio::randomize::{ChunkInfo, ElasticResume, SequenceInfo, SequenceSource, Window};
 use cntkio::source::{
     Batch, BpttLayout, Composite, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength, SourceState,
 };
@@ -151,8 +151,10 @@ impl Source {
     /// the run length, none = infinite. `window_samples > 0` selects a window in samples.
     /// `truncation_length > 0`: truncated BPTT (every stream dense, fragments in parallel rows). `threads`:
     /// background chunk loaders (None: `CNTKIO_THREADS` or one per core; 0: load on the calling thread).
+    /// `elastic_resume = (sweep, rounds)`: resume sweep `sweep` elastically with balanced dealing, `rounds`
+    /// the sequences each worker of each earlier run was delivered of it (`cntkio::randomize::ElasticResume`).
     #[new]
-    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false, truncation_length = 0, threads = None, balanced_workers = false))]
+    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false, truncation_length = 0, threads = None, balanced_workers = false, elastic_resume = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -169,6 +171,7 @@ impl Source {
         truncation_length: u64,
         threads: Option<usize>,
         balanced_workers: bool,
+        elastic_resume: Option<(u64, Vec<Vec<u64>>)>,
     ) -> PyResult<Source> {
         let parts: Vec<Arc<dyn Deserializer>> = readers.iter().map(|r| r.deserializer()).collect();
         let run_length = match (max_samples, max_sweeps) {
@@ -190,6 +193,7 @@ impl Source {
             balanced_workers,
             truncation_length,
             threads,
+            elastic_resume: elastic_resume.map(|(sweep, rounds)| ElasticResume { sweep, rounds }),
             ..MinibatchConfig::default()
         };
         py.detach(move || {
@@ -271,6 +275,13 @@ impl Source {
         Ok(Some((keys, lengths, streams, eos, eor, bptt).into_pyobject(py)?))
     }
 
+    /// With balanced dealing: the number of sequences of sweep `sweep` this source has delivered (for its
+    /// last partition; see `MinibatchSource::sequences_delivered`).
+    #[pyo3(signature = (sweep = 0))]
+    fn sequences_delivered(&self, py: Python<'_>, sweep: u64) -> PyResult<u64> {
+        py.detach(|| crate::pool::run(|| lock(&self.inner).sequences_delivered(sweep))).map_err(py_err)
+    }
+
     /// The checkpoint of the current position (`SourceState` JSON: version 1, or 2 with the rows of
     /// truncated BPTT).
     fn state(&self, py: Python<'_>) -> String {
@@ -290,12 +301,21 @@ impl Source {
 
     /// The checkpoints after each minibatch of a whole run of this source's configuration for partition
     /// `rank` of `workers` and minibatch size `size`, found by walking the sequences without reading any
-    /// data (`SourceState` JSON; the number of minibatches of the run is the length of the list). At most
-    /// `limit` are returned (required for an infinite run).
-    #[pyo3(signature = (size, workers = 1, rank = 0, limit = None))]
-    fn plan(&self, py: Python<'_>, size: u64, workers: u32, rank: u32, limit: Option<usize>) -> PyResult<Vec<String>> {
+    /// data, each with the number of sequences of sweep `sweep` the partition was delivered until then
+    /// (with balanced dealing; None otherwise): `(SourceState JSON, count)`; the number of minibatches of
+    /// the run is the length of the list. At most `limit` are returned (required for an infinite run).
+    #[pyo3(signature = (size, workers = 1, rank = 0, limit = None, sweep = 0))]
+    fn plan(
+        &self,
+        py: Python<'_>,
+        size: u64,
+        workers: u32,
+        rank: u32,
+        limit: Option<usize>,
+        sweep: u64,
+    ) -> PyResult<Vec<(String, Option<u64>)>> {
         py.detach(|| {
-            crate::pool::run(|| -> Result<Vec<String>, Error> {
+            crate::pool::run(|| -> Result<Vec<(String, Option<u64>)>, Error> {
                 let config = lock(&self.inner).config().clone();
                 if config.truncation_length > 0 {
                     return Err(Error::config(
@@ -314,12 +334,15 @@ impl Source {
                     inner: self.deserializer.clone(),
                     empty: Arc::new(ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() }),
                 });
-                let config = MinibatchConfig { workers, rank, frame_mode: false, ..config };
+                // No planning thread: the counts are read from the enumerator after every minibatch.
+                let config = MinibatchConfig { workers, rank, frame_mode: false, threads: Some(0), ..config };
+                let counted = config.randomized() && config.balanced_workers;
                 let mut src = MinibatchSource::new(skeleton, config)?;
                 let mut batch = Batch::new(&[]);
                 let mut out = Vec::new();
                 while out.len() < limit.unwrap_or(usize::MAX) && src.next_minibatch_into(size, &mut batch)? {
-                    out.push(src.state().to_json());
+                    let count = if counted { Some(src.sequences_delivered(sweep)?) } else { None };
+                    out.push((src.state().to_json(), count));
                 }
                 Ok(out)
             })

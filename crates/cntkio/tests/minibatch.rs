@@ -464,6 +464,7 @@ fn run_cntkio(job: &Value) -> Value {
         threads: job["threads"].as_u64().map(|t| t as usize),
         prefetch: job["prefetch"].as_u64().map(|t| t as usize),
         truncation_length: 0,
+        elastic_resume: None,
     };
     let mb = job["mb"].as_u64().unwrap();
     let limit = job["max_mbs"].as_u64().unwrap();

@@ -1,9 +1,10 @@
 //! Randomized reading: sweeps, epochs, minibatch filling and worker decimation (CNTK `BlockRandomizer`,
 //! READER.md §3–§4, §6, §8).
 
+use super::elastic::{share, ElasticCursor};
 use super::{
-    check_chunks, no_samples, ChunkRandomizer, EpochConfig, Minibatch, Pick, SequenceEnumerator, SequenceRandomizer,
-    SequenceSource, Window, INFINITELY_REPEAT,
+    check_chunks, no_samples, ChunkRandomizer, ElasticResume, EpochConfig, Minibatch, Pick, SequenceEnumerator,
+    SequenceRandomizer, SequenceSource, Window, INFINITELY_REPEAT,
 };
 use crate::Error;
 
@@ -33,7 +34,11 @@ pub struct BlockRandomizer<S> {
     seed: u64,
     seek_quirk: bool,
     balanced: bool,
+    /// With balanced dealing: the sweep resumed elastically, and the walk over it where `take` left it.
+    elastic: Option<ElasticResume>,
+    cursor: Option<ElasticCursor>,
     sweep_size: u64,
+    num_sequences: u64,
     pos: u64,
     epoch_size: u64,
     epoch_start: u64,
@@ -52,7 +57,7 @@ impl<S: SequenceSource> BlockRandomizer<S> {
     /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no chunks, more than `u32::MAX` chunks,
     /// no samples, no sequences, or a sample count overflowing `u64`.
     pub fn new(source: S, window: Window, seed: u64) -> Result<BlockRandomizer<S>, Error> {
-        let (sweep_size, _) = check_chunks(source.chunks())?;
+        let (sweep_size, num_sequences) = check_chunks(source.chunks())?;
         let chunks = ChunkRandomizer::new(source.chunks(), window);
         Ok(BlockRandomizer {
             source,
@@ -61,7 +66,10 @@ impl<S: SequenceSource> BlockRandomizer<S> {
             seed,
             seek_quirk: false,
             balanced: false,
+            elastic: None,
+            cursor: None,
             sweep_size,
+            num_sequences,
             pos: 0,
             epoch_size: INFINITELY_REPEAT,
             epoch_start: 0,
@@ -85,6 +93,29 @@ impl<S: SequenceSource> BlockRandomizer<S> {
     pub fn with_balanced_workers(mut self, on: bool) -> BlockRandomizer<S> {
         self.balanced = on;
         self
+    }
+
+    /// Resume sweep `resume.sweep` elastically (module [`elastic`](super::ElasticResume)): the sequences the
+    /// earlier runs of `resume` read are left out of it, and the rest are dealt to this run's workers in
+    /// turn. Needs balanced dealing ([`with_balanced_workers(true)`](Self::with_balanced_workers), called
+    /// first). The run still starts where it always does; restore a position at the start of the sweep
+    /// (`sweep × sweep size`) to begin there.
+    ///
+    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): chunk dealing (CNTK's cannot resume with
+    /// other workers), or rounds that [`ElasticResume::check`] refuses for this data.
+    pub fn with_elastic_resume(mut self, resume: ElasticResume) -> Result<BlockRandomizer<S>, Error> {
+        if !self.balanced {
+            return Err(elastic_needs_balanced());
+        }
+        resume.check(self.num_sequences)?;
+        self.elastic = Some(resume);
+        self.cursor = None;
+        Ok(self)
+    }
+
+    /// The elastic resume data, if any.
+    pub fn elastic_resume(&self) -> Option<&ElasticResume> {
+        self.elastic.as_ref()
     }
 
     /// The source.
@@ -153,11 +184,30 @@ impl<S: SequenceSource> BlockRandomizer<S> {
         let balanced = self.balanced;
         // With balanced dealing: the index in the sweep's order of the sequence offered next.
         let mut t = self.sequences.sequence_position();
+        // In a sweep resumed elastically: where `t` lies in the lists of the earlier runs (kept between calls,
+        // so that reading on costs O(rounds) per sequence; a seek starts the walk anew).
+        let mut elastic = match &self.elastic {
+            Some(e) if balanced && self.sweep == Some(e.sweep) => {
+                let c = match self.cursor.take() {
+                    Some(c) if c.t == t => c,
+                    _ => ElasticCursor::at(e, workers, t),
+                };
+                Some((e, c))
+            }
+            _ => None,
+        };
         let (mut g, mut l, mut one) = (0u64, 0u64, at_least_one);
         let (mut eos, mut eoe) = (false, false);
         self.sequences.next(&self.source, |s| {
             let len = u64::from(s.num_samples);
-            let is_local = if balanced { t % u64::from(workers) == u64::from(rank) } else { s.home % workers == rank };
+            let (deal, is_local) = match &elastic {
+                Some((e, c)) => {
+                    let (d, mine) = c.deal(e, workers, rank);
+                    (Some(d), mine)
+                }
+                None if balanced => (None, t % u64::from(workers) == u64::from(rank)),
+                None => (None, s.home % workers == rank),
+            };
             if !one {
                 if g.saturating_add(len) > global {
                     return false;
@@ -177,9 +227,15 @@ impl<S: SequenceSource> BlockRandomizer<S> {
                 one = false;
             }
             g = g.saturating_add(len);
+            if let (Some((_, c)), Some(d)) = (&mut elastic, deal) {
+                c.step(d);
+            }
             t += 1;
             true
         })?;
+        if let Some((_, c)) = elastic {
+            self.cursor = Some(c);
+        }
         if self.sequences.at_end() && sp.saturating_add(g) < sweep_size {
             // The sweep's sequences are over before the sweep ends on the timeline, which only a chunk
             // table declaring more samples than the sequences have can cause (CNTK does not check; it
@@ -200,6 +256,7 @@ impl<S: SequenceSource> SequenceEnumerator for BlockRandomizer<S> {
         config.validate()?;
         self.workers = config.workers;
         self.rank = config.rank;
+        self.cursor = None;
         self.cross_sweeps = config.cross_sweeps;
         self.epoch_size = config.size_in_samples(self.sweep_size);
         self.epoch_start = self.epoch_size.saturating_mul(config.epoch_index);
@@ -257,4 +314,32 @@ impl<S: SequenceSource> SequenceEnumerator for BlockRandomizer<S> {
     fn sweep_size(&self) -> u64 {
         self.sweep_size
     }
+
+    fn sequences_delivered(&self, sweep: u64) -> Option<u64> {
+        if !self.balanced {
+            return None;
+        }
+        let start = sweep.saturating_mul(self.sweep_size);
+        let t = if self.pos <= start {
+            0
+        } else if self.pos >= start.saturating_add(self.sweep_size) {
+            self.num_sequences
+        } else {
+            // Inside the sweep, the randomized one is the position's.
+            debug_assert_eq!(self.sweep, Some(sweep));
+            self.sequences.sequence_position()
+        };
+        Some(match self.elastic.as_ref().filter(|e| e.sweep == sweep) {
+            Some(e) => ElasticCursor::at(e, self.workers, t).delivered(self.workers, self.rank),
+            None => share(t, u64::from(self.workers), u64::from(self.rank)),
+        })
+    }
+}
+
+/// The error for elastic resume without balanced dealing.
+pub(crate) fn elastic_needs_balanced() -> Error {
+    Error::config(
+        "elastic resume (another number of workers for the rest of a sweep) needs balanced dealing with \
+         randomization (balanced_workers=True and shuffle=True); CNTK's chunk dealing cannot do it",
+    )
 }

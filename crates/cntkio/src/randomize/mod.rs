@@ -50,12 +50,15 @@
 
 mod block;
 mod chunk;
+mod elastic;
 mod mt;
 mod no_randomizer;
 mod sequence;
 
+pub(crate) use block::elastic_needs_balanced;
 pub use block::BlockRandomizer;
 pub use chunk::{ChunkRandomizer, RandomizedChunk};
+pub use elastic::ElasticResume;
 pub use mt::Mt19937_64;
 pub use no_randomizer::NoRandomizer;
 pub use sequence::{RandomizedSequence, SequenceRandomizer};
@@ -269,6 +272,15 @@ pub trait SequenceEnumerator {
 
     /// Sweep size: Σ of the chunks' sample counts.
     fn sweep_size(&self) -> u64;
+
+    /// With balanced dealing ([`BlockRandomizer::with_balanced_workers`]): the number of sequences of sweep
+    /// `sweep` dealt to this worker before the current position (0 before the sweep, its whole share after
+    /// it; in a sweep resumed elastically, of the sequences left to this run, see [`ElasticResume`]). `None`
+    /// where the enumerator does not count them (chunk dealing, no randomization).
+    fn sequences_delivered(&self, sweep: u64) -> Option<u64> {
+        let _ = sweep;
+        None
+    }
 }
 
 impl<T: SequenceEnumerator + ?Sized> SequenceEnumerator for Box<T> {
@@ -286,6 +298,9 @@ impl<T: SequenceEnumerator + ?Sized> SequenceEnumerator for Box<T> {
     }
     fn sweep_size(&self) -> u64 {
         (**self).sweep_size()
+    }
+    fn sequences_delivered(&self, sweep: u64) -> Option<u64> {
+        (**self).sequences_delivered(sweep)
     }
 }
 

@@ -77,7 +77,9 @@ pub use chunk::SourceChunk;
 pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
 pub use feed::{FedBatch, Feed, FeedConfig, Recycler};
 
-use crate::randomize::{BlockRandomizer, EpochConfig, NoRandomizer, Pick, SequenceEnumerator, Window};
+use crate::randomize::{
+    elastic_needs_balanced, BlockRandomizer, ElasticResume, EpochConfig, NoRandomizer, Pick, SequenceEnumerator, Window,
+};
 use crate::{ChunkData, Error, Layout, StreamData, StreamSpec, Values};
 use loader::Loader;
 use plan::Planner;
@@ -151,6 +153,12 @@ pub struct MinibatchConfig {
     /// READER.md §5.3). Every stream is then delivered dense, as fragments of sequences laid out in
     /// parallel rows ([`Batch::bptt`]). Excludes frame mode.
     pub truncation_length: u64,
+    /// Elastic resume (with [`balanced_workers`](Self::balanced_workers) and randomization only): the
+    /// sequences of sweep `sweep` that earlier runs, with other numbers of workers, were delivered; this run
+    /// reads the rest of that sweep, dealt to its workers in turn ([`ElasticResume`]). The run still starts
+    /// at the start of the run: for a sweep after the first, restore a state at `sweep × sweep_size`.
+    /// Default `None`.
+    pub elastic_resume: Option<ElasticResume>,
 }
 
 impl Default for MinibatchConfig {
@@ -168,6 +176,7 @@ impl Default for MinibatchConfig {
             threads: None,
             prefetch: None,
             truncation_length: 0,
+            elastic_resume: None,
         }
     }
 }
@@ -500,6 +509,12 @@ impl MinibatchSource {
                 s.config.rank, s.config.workers
             )));
         }
+        if s.config.elastic_resume.is_some() && (s.config.cntk_restore_quirk || s.config.truncation_length > 0) {
+            return Err(Error::config(
+                "elastic resume needs exact restores and whole sequences: it excludes cntk_restore_quirk and \
+                 truncated BPTT",
+            ));
+        }
         if s.config.frame_mode && s.config.truncation_length > 0 {
             return Err(Error::config(
                 "MinibatchSourceConfig: truncation and frame mode are mutually exclusive options.",
@@ -544,11 +559,15 @@ impl MinibatchSource {
 
     fn enumerator(source: &Arc<dyn Deserializer>, config: &MinibatchConfig) -> Result<Enumerator, Error> {
         Ok(if config.randomized() {
-            Box::new(
-                BlockRandomizer::new(source.clone(), config.window, config.seed)?
-                    .with_cntk_seek_quirk(config.cntk_restore_quirk)
-                    .with_balanced_workers(config.balanced_workers),
-            )
+            let mut r = BlockRandomizer::new(source.clone(), config.window, config.seed)?
+                .with_cntk_seek_quirk(config.cntk_restore_quirk)
+                .with_balanced_workers(config.balanced_workers);
+            if let Some(e) = &config.elastic_resume {
+                r = r.with_elastic_resume(e.clone())?;
+            }
+            Box::new(r)
+        } else if config.elastic_resume.is_some() {
+            return Err(elastic_needs_balanced());
         } else {
             Box::new(NoRandomizer::new(source.clone())?)
         })
@@ -577,6 +596,33 @@ impl MinibatchSource {
     /// Number of minibatches returned so far (continued by [`restore`](Self::restore)).
     pub fn minibatches(&self) -> u64 {
         self.minibatches
+    }
+
+    /// With balanced dealing (and randomization, without truncated BPTT): the number of sequences of sweep
+    /// `sweep` this worker has been delivered — 0 before the sweep, its whole share after it, the same after a
+    /// [`restore`](Self::restore) as in the uninterrupted run. In a sweep resumed elastically
+    /// ([`MinibatchConfig::elastic_resume`]) it counts the sequences of those left to this run (the counts an
+    /// [`ElasticResume`] round of a later resume takes). Takes the enumerator back from the planning thread
+    /// when minibatches are planned ahead (which resumes with the next minibatch).
+    ///
+    /// Errors: another dealing ([`ErrorKind::Config`](crate::ErrorKind::Config)), and errors of the
+    /// deserializer while moving the enumerator back to the last minibatch handed out.
+    pub fn sequences_delivered(&mut self, sweep: u64) -> Result<u64, Error> {
+        if !(self.config.randomized() && self.config.balanced_workers) || self.config.truncation_length > 0 {
+            return Err(Error::config(
+                "sequences are counted per worker only with balanced dealing (balanced_workers with randomization, \
+                 without truncated BPTT)",
+            ));
+        }
+        if let Some(position) = self.take_back() {
+            self.rewind(position)?;
+        }
+        if !self.started {
+            return Ok(0);
+        }
+        self.enumerator
+            .sequences_delivered(sweep)
+            .ok_or_else(|| Error::config("internal error: the balanced enumerator does not count its sequences"))
     }
 
     /// The next minibatch of about `size` samples for this worker, or `None` when the run is over.
