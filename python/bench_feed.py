@@ -190,10 +190,10 @@ def training_rows(torch: Any, opts: Dict[str, Any], threads: int, steps: int) ->
         torch.cuda.synchronize()
         return n / (time.perf_counter() - t)
 
-    def fed() -> float:
+    def fed(pin_memory: bool = True) -> float:
         # Timed from the 10th step on: the steady state, as on_gpu (the first batches wait for the
         # randomization window's chunks, which the native and epoch rows include).
-        loader = ct.Loader(**opts, num_threads=threads, device=device)
+        loader = ct.Loader(**opts, num_threads=threads, device=device, pin_memory=pin_memory)
         n = 0
         t = 0.0
         for i, b in enumerate(loader):
@@ -208,8 +208,12 @@ def training_rows(torch: Any, opts: Dict[str, Any], threads: int, steps: int) ->
         torch.cuda.synchronize()
         return n / (time.perf_counter() - t)
 
+    def fed_pageable() -> float:
+        return fed(pin_memory=False)
+
     return {
         "MLP step fed by torch Loader(device='cuda')": fed,
+        "MLP step fed by torch Loader(device='cuda', pin_memory=False)": fed_pageable,
         "MLP step on batches already on the GPU": on_gpu,
     }
 

@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import json as _json
 import os
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from cntkio import UsageError, _Deserializer, _has_scipy, _native
-from cntkio._source import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, BpttLayout, Minibatch, MinibatchData, MinibatchSource
+from cntkio._source import BpttLayout, Minibatch, MinibatchData
 
-PathLike = Union[str, "os.PathLike[str]"]
 LAYOUTS = ("flat", "padded")
 SPARSE = ("csr", "dense", "raw")
-
-STATE_VERSION = 1
-"""The version of :meth:`Loader.state_dict`'s form."""
 
 
 def default_threads() -> int:
@@ -49,7 +45,13 @@ def _positive(name: str, value: Any) -> int:
     return int(value)
 
 
-class Loader:
+def _iterable_base() -> Any:
+    from cntkio.torch import MinibatchIterable
+
+    return MinibatchIterable
+
+
+class Loader(_iterable_base()):  # type: ignore[misc]
     """Batches of CNTK data for a training loop, as NumPy arrays, assembled by native threads.
 
     Each iteration is one epoch (one sweep over this rank's share of the data) and yields dicts:
@@ -62,6 +64,11 @@ class Loader:
     * ``NAME_lengths``: int64 samples of each sequence in this stream.
     * ``NAME_mask`` (padded): bool ``(sequences, longest)``, True at real samples.
     * ``keys`` (``with_keys=True``): int64 sequence keys.
+
+    The batches are those of :class:`cntkio.torch.MinibatchIterable` (and of ``cntkio batches``) for the
+    same options, whatever ``num_threads`` and ``prefetch`` are; epochs (:meth:`set_epoch`), ranks and
+    resuming (:meth:`state_dict`, :meth:`load_state_dict` with one state or, for an elastic resume on
+    another world size, every rank's — see :mod:`cntkio.torch`) work as there.
 
     Args:
         deserializers: a deserializer or a list (joined by key as CNTK does, or read one after another
@@ -77,7 +84,9 @@ class Loader:
             as :class:`cntkio.MinibatchSource`.
         rank, world_size: this process's place in distributed training (default: ``torch.distributed``
             when initialised, else ``RANK`` / ``WORLD_SIZE``, else 0 of 1). Each rank reads its partition.
-        balanced_workers: deal sequences instead of CNTK's whole chunks to the ranks (equal shares ±1).
+        balanced_workers: deal sequences instead of CNTK's whole chunks to the ranks (equal shares ±1; needed
+            for an elastic resume).
+        layout, sparse, with_keys: the form of the batches (above).
         num_threads: native threads assembling batches (default ``CNTKIO_THREADS`` or the number of cores).
         prefetch: batches planned or ready ahead (default ``2 × num_threads + 2``).
     """
@@ -86,191 +95,212 @@ class Loader:
         self,
         deserializers: Union[_Deserializer, Sequence[_Deserializer], None] = None,
         *,
-        paths: Union[PathLike, Sequence[PathLike], None] = None,
-        streams: Optional[Mapping[str, Mapping[str, Any]]] = None,
-        batch_size: int = 256,
-        shuffle: bool = True,
-        seed: int = 0,
-        randomization_window_in_chunks: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
-        randomization_window_in_samples: int = 0,
-        frame_mode: bool = False,
-        truncation_length: int = 0,
-        concat: Optional[bool] = None,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        balanced_workers: bool = False,
         layout: str = "flat",
         sparse: str = "csr",
         with_keys: bool = False,
         num_threads: Optional[int] = None,
         prefetch: Optional[int] = None,
-        **options: Any,
+        **kwargs: Any,
     ) -> None:
-        from cntkio.torch import _open_paths, distributed_rank_and_size
-
-        if (deserializers is None) == (paths is None):
-            raise UsageError("give deserializers or paths (and streams), not both")
-        if deserializers is not None:
-            if options:
-                raise UsageError(f"options {sorted(options)} apply to paths; set them on the deserializers")
-            ds = [deserializers] if isinstance(deserializers, _Deserializer) else list(deserializers)
-            for d in ds:
-                if not isinstance(d, _Deserializer):
-                    raise UsageError(f"not a cntkio deserializer: {d!r}")
-            self._deserializers = [d.copy() for d in ds]
-            concat = bool(concat)
-        else:
-            assert paths is not None
-            self._deserializers = _open_paths(paths, streams, options)
-            concat = True if concat is None else bool(concat)
         if layout not in LAYOUTS:
             raise UsageError(f"layout must be one of {LAYOUTS}, found {layout!r}")
         if sparse not in SPARSE:
             raise UsageError(f"sparse must be one of {SPARSE}, found {sparse!r}")
-        self.batch_size = _positive("batch_size", batch_size)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise UsageError(f"seed must be a non-negative integer, found {seed!r}")
-        self.seed = seed
-        self.shuffle = bool(shuffle)
-        self.rank, self.world_size = distributed_rank_and_size(rank, world_size)
         self.layout = layout
         self.sparse = sparse
         self.with_keys = bool(with_keys)
         self.num_threads = default_threads() if num_threads is None else _positive("num_threads", num_threads)
         self.prefetch = 2 * self.num_threads + 2 if prefetch is None else _positive("prefetch", prefetch)
-        self._options: Dict[str, Any] = dict(
-            randomization_window_in_chunks=randomization_window_in_chunks,
-            randomization_window_in_samples=randomization_window_in_samples,
-            frame_mode=bool(frame_mode),
-            truncation_length=truncation_length,
-            concat=concat,
-            balanced_workers=bool(balanced_workers),
-        )
-        self.epoch = 0
-        self._batches = 0  # batches yielded in the current epoch (counting those skipped by a resume)
-        self._position: Optional[str] = None  # the source's checkpoint after the last batch yielded
-        self._resume: Optional[Dict[str, Any]] = None  # (epoch, batches, source state) to continue from
-        self._lengths: Dict[int, int] = {}
-        self._feed: Any = None
-        # Opens the files and checks the options now.
-        src = self._source(0)
-        self._infos = src.stream_infos()
+        super().__init__(deserializers, **kwargs)
+        # The source's checkpoint after the last batch yielded (JSON), and (epoch, checkpoint, consumed) of a
+        # state loaded to continue from.
+        self._position: Optional[str] = None
+        self._exact: Optional[Tuple[int, str, Optional[int]]] = None
+        self._pool: Any = None
         names = [i.name for i in self._infos]
         made = {f"{n}_{suffix}" for n in names for suffix in ("lengths", "mask")} | {"keys"}
         clash = sorted(set(names) & made)
         if clash:
             raise UsageError(f"stream names {clash} clash with the names of the lengths/masks/keys entries")
 
-    # ---- configuration ----------------------------------------------------------------------------------
-    def _source(self, epoch: int) -> MinibatchSource:
-        return MinibatchSource(
-            self._deserializers,
-            max_sweeps=1,
-            randomize=self.shuffle,
-            randomization_seed=self.seed + epoch,
-            **self._options,
-        )
+    def partition(self) -> Tuple[int, int]:
+        """``(rank, world_size)``: the loader reads one partition per rank (no DataLoader workers)."""
+        return self.rank, self.world_size
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch of the next iteration: shuffled with ``seed + epoch``. Call it before every epoch, on
-        every rank (as with ``DistributedSampler``)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise UsageError(f"epoch must be a non-negative integer, found {epoch!r}")
-        if epoch != self.epoch:
-            self._batches = 0
+        if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch != getattr(self, "epoch", epoch):
             self._position = None
-        self.epoch = epoch
+        super().set_epoch(epoch)
+
+    set_epoch.__doc__ = _iterable_base().set_epoch.__doc__
 
     def __len__(self) -> int:
-        """Batches of this rank in one epoch (found from the index, without reading data)."""
+        """Batches of this rank in one epoch (found from the index, without reading data; a resumed epoch
+        counts the batches before the resume too)."""
         if self._options["truncation_length"]:
             raise TypeError("the number of batches of truncated BPTT is known only when read")
-        if self.epoch not in self._lengths:
-            src = self._source(self.epoch)
-            size = self.batch_size * self.world_size
-            self._lengths[self.epoch] = len(src._plan(size, self.world_size, self.rank))
-        return self._lengths[self.epoch]
+        src = self._source(self.epoch)
+        return len(src._plan(self.batch_size * self.world_size, self.world_size, self.rank))
 
     # ---- resuming ---------------------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
-        """The position in the current epoch after the batches yielded so far (small, JSON-compatible):
-        :meth:`load_state_dict` continues with the next batch."""
-        return {
-            "version": STATE_VERSION,
-            "epoch": self.epoch,
-            "batches": self._batches,
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-            "shuffle": self.shuffle,
-            "world_size": self.world_size,
-            "rank": self.rank,
-            "source": None if self._position is None else _json.loads(self._position),
-        }
+    def state_dict(self, batches: Optional[int] = None, num_workers: Optional[int] = None) -> Dict[str, Any]:
+        """The position in the current epoch after the batches yielded so far (small, JSON-compatible);
+        :meth:`load_state_dict` continues with the next batch. It also holds the minibatch source's
+        checkpoint (``source``), so that truncated BPTT's rows resume too."""
+        if batches is not None and batches != self._yielded:
+            raise UsageError("a Loader's state is the position after the batches it yielded: leave out batches")
+        if num_workers not in (None, 0, 1):
+            raise UsageError("a Loader has no DataLoader workers: leave out num_workers")
+        state = super().state_dict(num_workers=1)
+        state["source"] = None if self._position is None else _json.loads(self._position)
+        return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continues from :meth:`state_dict` (taken with the same data, options and world size): the next
-        iteration yields the rest of that epoch."""
-        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
-            raise UsageError(f"not a cntkio.Loader state (version {STATE_VERSION}): {state!r}")
-        for key in ("seed", "batch_size", "shuffle", "world_size"):
-            if state.get(key) != getattr(self, key):
-                raise UsageError(f"the state has {key}={state.get(key)!r}, this loader {getattr(self, key)!r}")
-        self.set_epoch(int(state["epoch"]))
-        self._batches = int(state["batches"])
-        src = state.get("source")
-        self._position = None if src is None else _json.dumps(src)
-        self._resume = {"epoch": self.epoch, "batches": self._batches, "source": self._position}
+    def load_state_dict(self, state: Any, num_workers: Optional[int] = None) -> None:
+        if num_workers not in (None, 0, 1):
+            raise UsageError("a Loader has no DataLoader workers: leave out num_workers")
+        super().load_state_dict(state, num_workers=None if isinstance(state, Mapping) else 1)
+        self._exact = None
+        one = isinstance(state, Mapping) or (
+            len(state) == 1 and isinstance(state[0], Mapping) and state[0].get("world_size") == self.world_size
+        )
+        st = state if isinstance(state, Mapping) else state[0]
+        if one and st.get("source") is not None and not st.get("num_workers"):
+            consumed = st.get("consumed")
+            self._exact = (self.epoch, _json.dumps(st["source"]), int(consumed[0]) if consumed else None)
+        self._position = self._exact[1] if self._exact else None
+
+    load_state_dict.__doc__ = _iterable_base().load_state_dict.__doc__
 
     # ---- iteration --------------------------------------------------------------------------------------
-    def minibatches(self) -> Iterator[Minibatch]:
-        """This rank's minibatches of the current epoch as :class:`cntkio.Minibatch` objects."""
+    def _group(self) -> int:
+        """Minibatches per batch of the native feed (one Python call and one buffer for several)."""
+        return 1
+
+    def _pool_options(self) -> Dict[str, Any]:
+        """Further arguments of the batch pool (``cntkio.torch.Loader``: the CUDA pinning hooks)."""
+        return {}
+
+    def _batch_pool(self) -> Any:
+        """The batches the epochs' feeds reuse (made at the first iteration, kept across epochs)."""
+        if self._pool is None:
+            self._pool = _native.BatchPool(self.prefetch + self.num_threads + 8, **self._pool_options())
+        return self._pool
+
+    def _raw_batches(self) -> Iterator[Any]:
+        """The native feed's batches of this rank's minibatches of the current epoch:
+        ``(keys, lengths, streams, parts, bptt)`` (see ``_native.Feed.next``). The caller accounts for each
+        part it hands out (:meth:`_handed_out`)."""
         src = self._source(self.epoch)
-        restore = None
-        resume, self._resume = self._resume, None
-        if resume is not None and resume["epoch"] == self.epoch:
-            restore = resume["source"]
-            self._batches = resume["batches"]
+        size = self.batch_size * self.world_size
+        exact, self._exact = self._exact, None
+        if exact is not None and exact[0] == self.epoch and self._resume is not None:
+            restore: Optional[str] = exact[1]
+            skipped, delivered = self._resume[1], exact[2]
         else:
-            self._batches = 0
+            _, skipped, delivered = self._resume_slot(src, size, 0, 1)
+            restore = src._src.state() if skipped else None
+        self._resume = None
+        self._yielded = skipped
+        self._delivered = delivered
         self._position = restore
         feed = _native.Feed(
             src._src,
-            self.batch_size * self.world_size,
+            size,
             workers=self.world_size,
             rank=self.rank,
             threads=self.num_threads,
             ahead=self.prefetch,
             restore=restore,
+            group=self._group(),
+            pool=self._batch_pool(),
         )
-        infos = self._infos
         try:
             while True:
                 raw = feed.next()
                 if raw is None:
                     break
-                keys, lengths, streams, eos, eor, position, layout = raw
-                bptt = None if layout is None else BpttLayout(layout[0], layout[1], layout[2], lengths)
-                items = {
-                    info: MinibatchData(info, values, offsets, indices, indptr, keys, lengths, eos, bptt)
-                    for info, (values, offsets, indices, indptr) in zip(infos, streams)
-                }
-                self._position = position
-                self._batches += 1
-                yield Minibatch(items, keys, lengths, eos, eor, bptt)
+                yield raw
         finally:
             feed.close()
+
+    def _handed_out(self, position: str, sequences: int) -> None:
+        """Accounts for a minibatch handed out: ``position`` is the checkpoint after it."""
+        self._position = position
+        self._yielded += 1
+        if self._delivered is not None:
+            self._delivered += sequences
+
+    def minibatches(self) -> Iterator[Minibatch]:
+        """This rank's minibatches of the current epoch as :class:`cntkio.Minibatch` objects."""
+        infos = self._infos
+        for keys, lengths, streams, parts, layout in self._raw_batches():
+            first = 0
+            for n, eos, eor, position in parts:
+                end = first + n
+                if len(parts) == 1:
+                    k, ln, st = keys, lengths, streams
+                else:
+                    k, ln = keys[first:end], lengths[first:end]
+                    st = [_part_of(s, first, end) for s in streams]
+                bptt = None if layout is None else BpttLayout(layout[0], layout[1], layout[2], ln)
+                items = {
+                    info: MinibatchData(info, values, offsets, indices, indptr, k, ln, eos, bptt)
+                    for info, (values, offsets, indices, indptr) in zip(infos, st)
+                }
+                self._handed_out(position, n)
+                yield Minibatch(items, k, ln, eos, eor, bptt)
+                first = end
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         layout, sparse, with_keys = self.layout, self.sparse, self.with_keys
         for mb in self.minibatches():
             yield _to_arrays(mb, layout, with_keys, sparse)
 
+    # ---- pickling ---------------------------------------------------------------------------------------
+    def _loader_config(self) -> Dict[str, Any]:
+        return dict(
+            self._config(),
+            layout=self.layout,
+            sparse=self.sparse,
+            with_keys=self.with_keys,
+            num_threads=self.num_threads,
+            prefetch=self.prefetch,
+        )
+
+    def __reduce__(self) -> Any:
+        state = {k: self.__dict__[k] for k in ("epoch", "_resume", "_yielded", "_delivered", "_elastic", "_exact",
+                                                "_position")}
+        return (_rebuild_loader, (type(self).__module__, self._loader_config(), state))
+
     def __repr__(self) -> str:
         files = ", ".join(d.path for d in self._deserializers)
         return (
-            f"<{type(self).__name__} [{files}] batch_size={self.batch_size} shuffle={self.shuffle} seed={self.seed} "
-            f"epoch={self.epoch} rank={self.rank}/{self.world_size} num_threads={self.num_threads}>"
+            f"<{type(self).__module__}.Loader [{files}] batch_size={self.batch_size} shuffle={self.shuffle} "
+            f"seed={self.seed} epoch={self.epoch} rank={self.rank}/{self.world_size} num_threads={self.num_threads}>"
         )
+
+
+def _rebuild_loader(module: str, config: Dict[str, Any], state: Dict[str, Any]) -> Any:
+    if module == "cntkio.torch":
+        from cntkio._torch_loader import loader_class
+
+        obj = loader_class()(**config)
+    else:
+        obj = Loader(**config)
+    obj.__dict__.update(state)
+    return obj
+
+
+def _part_of(stream: Any, first: int, end: int) -> Any:
+    """``(values, offsets, indices, indptr)`` of sequences ``first:end`` of a stream's arrays (views, offsets
+    rebased)."""
+    values, offsets, indices, indptr = stream
+    a, b = int(offsets[first]), int(offsets[end])
+    part_offsets = offsets[first : end + 1] - a
+    if indices is None:
+        return values[a:b], part_offsets, None, None
+    p, q = int(indptr[a]), int(indptr[b])
+    return values[p:q], part_offsets, indices[p:q], indptr[a : b + 1] - p
 
 
 def _to_arrays(mb: Minibatch, layout: str, with_keys: bool, sparse: str) -> Dict[str, Any]:

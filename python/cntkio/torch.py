@@ -172,6 +172,8 @@ class MinibatchIterable:
         shuffle: randomize (CNTK's randomization), with ``seed`` + epoch.
         randomization_window_in_chunks / randomization_window_in_samples: CNTK's window.
         frame_mode: CNTK's frame mode (every sequence has at most one sample per stream).
+        truncation_length: truncated BPTT (as :class:`cntkio.MinibatchSource`; resuming it needs the
+            state of :class:`cntkio.Loader`, which holds the rows).
         rank / world_size: this process's place in distributed training (see the module docs).
         balanced_workers: (cntkio) deal sequences instead of CNTK's whole chunks to the ranks and DataLoader
             workers, so that every partition gets the same number of sequences (±1) per epoch — with DDP,
@@ -190,6 +192,7 @@ class MinibatchIterable:
         randomization_window_in_chunks: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
         randomization_window_in_samples: int = 0,
         frame_mode: bool = False,
+        truncation_length: int = 0,
         concat: Optional[bool] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
@@ -223,6 +226,7 @@ class MinibatchIterable:
             randomization_window_in_chunks=randomization_window_in_chunks,
             randomization_window_in_samples=randomization_window_in_samples,
             frame_mode=bool(frame_mode),
+            truncation_length=truncation_length,
             concat=concat,
             balanced_workers=bool(balanced_workers),
         )
@@ -552,6 +556,8 @@ def _to_tensors(mb: Minibatch, layout: str, with_keys: bool, sparse: str) -> Dic
                 indices = indices.astype(indptr.dtype)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+                # PyTorch 2.11 warns when invariant checks are off by default; cntkio's parts are valid.
+                warnings.filterwarnings("ignore", message=".*[Ss]parse invariant checks are implicitly disabled.*")
                 out[name] = torch.sparse_csr_tensor(
                     torch.from_numpy(indptr),
                     torch.from_numpy(indices),
@@ -566,6 +572,41 @@ def _to_tensors(mb: Minibatch, layout: str, with_keys: bool, sparse: str) -> Dic
         out[f"{name}_lengths"] = lengths
     if with_keys:
         out["keys"] = torch.from_numpy(mb.sequence_keys.astype(np.int64))
+    return out
+
+
+def _in_one_shared_segment(batch: Dict[str, Any]) -> Dict[str, Any]:
+    """The tensors of ``batch`` copied into one shared-memory segment (views of it, 64-byte aligned), so that
+    sending the batch to another process maps one segment instead of one per tensor."""
+    torch = _torch()
+    parts: List[Any] = []
+    for v in batch.values():
+        if v.layout == torch.sparse_csr:
+            parts.extend((v.crow_indices(), v.col_indices(), v.values()))
+        else:
+            parts.append(v)
+    offsets = []
+    total = 0
+    for t in parts:
+        offsets.append(total)
+        total += (t.numel() * t.element_size() + 63) // 64 * 64
+    segment = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_()
+    views = []
+    for t, o in zip(parts, offsets):
+        v = segment[o : o + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+        v.copy_(t)
+        views.append(v)
+    out: Dict[str, Any] = {}
+    it = iter(views)
+    for k, v in batch.items():
+        if v.layout == torch.sparse_csr:
+            crow, col, values = next(it), next(it), next(it)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+                warnings.filterwarnings("ignore", message=".*[Ss]parse invariant checks are implicitly disabled.*")
+                out[k] = torch.sparse_csr_tensor(crow, col, values, size=v.shape, check_invariants=False)
+        else:
+            out[k] = next(it)
     return out
 
 
@@ -619,8 +660,12 @@ def _dataset_class() -> Any:
                 raise UsageError(f"stream names {clash} clash with the names of the lengths/masks/keys entries")
 
         def __iter__(self) -> Iterator[Dict[str, Any]]:
+            in_worker = _worker()[1] > 1 or sys.modules["torch.utils.data"].get_worker_info() is not None
             for mb in self.minibatches():
-                yield _to_tensors(mb, self.layout, self.with_keys, self.sparse)
+                batch = _to_tensors(mb, self.layout, self.with_keys, self.sparse)
+                # A DataLoader worker's batch goes to the main process through shared memory: one segment
+                # for the whole batch (DataLoader would move each tensor to a segment of its own).
+                yield _in_one_shared_segment(batch) if in_worker else batch
 
     IterableDataset.__module__ = __name__
     IterableDataset.__qualname__ = "IterableDataset"

@@ -181,10 +181,10 @@ pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
 /// and peak memory on stdout as one JSON object.
 fn bench(src: MinibatchSource, mb_size: u64, threads: usize) -> Result<u8, Error> {
     let t = std::time::Instant::now();
-    let mut feed = Feed::start(src, FeedConfig { size: mb_size, threads, ahead: 2 * threads + 2 })?;
+    let mut feed = Feed::start(src, FeedConfig { size: mb_size, threads, ahead: 2 * threads + 2, group: 1 })?;
     let (mut minibatches, mut samples, mut sequences) = (0u64, 0u64, 0u64);
     while let Some(fed) = feed.next_batch()? {
-        minibatches += 1;
+        minibatches += fed.parts.len() as u64;
         samples += fed.batch.num_declared_samples();
         sequences += fed.batch.num_sequences() as u64;
         feed.recycle(fed.batch);

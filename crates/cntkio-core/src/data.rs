@@ -31,6 +31,20 @@ impl Values {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Number of values the vector holds without reallocating.
+    pub fn capacity(&self) -> usize {
+        match self {
+            Values::F32(v) => v.capacity(),
+            Values::F64(v) => v.capacity(),
+        }
+    }
+    /// Room for at least `additional` more values, with no more allocated than that ([`Vec::reserve_exact`]).
+    pub fn reserve_exact(&mut self, additional: usize) {
+        match self {
+            Values::F32(v) => v.reserve_exact(additional),
+            Values::F64(v) => v.reserve_exact(additional),
+        }
+    }
     /// The element type.
     pub fn element_type(&self) -> ElementType {
         match self {

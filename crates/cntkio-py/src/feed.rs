@@ -11,13 +11,14 @@
 
 use crate::errors::py_err;
 use crate::source::{bptt_to_py, Source};
-use cntkio::source::{Batch, Feed as NativeFeed, FeedConfig, Recycler, SourceState};
+use cntkio::source::{Batch, BatchPool as NativePool, Feed as NativeFeed, FeedConfig, HostPin, Recycler, SourceState};
 use cntkio::{Error, Layout, Values};
 use numpy::ndarray::{ArrayView1, ArrayView2};
 use numpy::{IntoPyArray, PyArray1, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use std::sync::{Mutex, MutexGuard};
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The memory of one batch, lent to NumPy arrays; given back to the feed's pool when Python drops it.
 #[pyclass(module = "cntkio._native", frozen)]
@@ -104,6 +105,63 @@ fn batch_to_py<'py>(py: Python<'py>, owner: &Bound<'py, BatchMemory>) -> PyResul
     PyTuple::new(py, [keys, lengths, out.into_any()])
 }
 
+/// `cudaHostRegister` / `cudaHostUnregister` of the CUDA runtime the caller uses (PyTorch's), called
+/// through their addresses.
+struct CudaHostPin {
+    register: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> c_int,
+    unregister: unsafe extern "C" fn(*mut c_void) -> c_int,
+}
+
+/// `cudaHostRegisterPortable`: the memory is page-locked for every CUDA context.
+const CUDA_HOST_REGISTER_PORTABLE: c_uint = 1;
+
+impl HostPin for CudaHostPin {
+    fn pin(&self, ptr: *const u8, len: usize) -> bool {
+        // SAFETY: `register` is `cudaHostRegister` (see `Feed::new`), which reads no memory of its own
+        // accord: it page-locks the range `ptr..ptr + len`, a live allocation of the feed's batch (the feed
+        // unpins it before freeing or moving it), and reports failure by its return value.
+        unsafe { (self.register)(ptr as *mut c_void, len, CUDA_HOST_REGISTER_PORTABLE) == 0 }
+    }
+    fn unpin(&self, ptr: *const u8) {
+        // SAFETY: `unregister` is `cudaHostUnregister`, called with an address `register` locked.
+        let _ = unsafe { (self.unregister)(ptr as *mut c_void) };
+    }
+}
+
+/// The batches a loader's feeds reuse (one feed per epoch), their buffers page-locked for CUDA when made
+/// with the addresses of `cudaHostRegister` and `cudaHostUnregister`.
+#[pyclass(module = "cntkio._native", frozen)]
+pub struct BatchPool {
+    pool: Arc<NativePool>,
+}
+
+#[pymethods]
+impl BatchPool {
+    /// A pool keeping at most `cap` batches. `cuda_host_register`: the addresses of the CUDA runtime's
+    /// `cudaHostRegister` and `cudaHostUnregister` (as the process has them loaded), to page-lock the
+    /// batches' buffers.
+    #[new]
+    #[pyo3(signature = (cap, cuda_host_register = None))]
+    fn new(cap: usize, cuda_host_register: Option<(usize, usize)>) -> PyResult<BatchPool> {
+        let pin: Option<Arc<dyn HostPin>> = match cuda_host_register {
+            None => None,
+            Some((r, u)) if r != 0 && u != 0 => {
+                // SAFETY: the caller (`cntkio.torch.Loader`) passes the addresses of `cudaHostRegister` and
+                // `cudaHostUnregister` taken with ctypes from the CUDA runtime library loaded in this process;
+                // these are the C functions `cudaError_t (void*, size_t, unsigned)` and `cudaError_t (void*)`.
+                let register = unsafe {
+                    std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, usize, c_uint) -> c_int>(r)
+                };
+                // SAFETY: as above.
+                let unregister = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void) -> c_int>(u) };
+                Some(Arc::new(CudaHostPin { register, unregister }))
+            }
+            Some(_) => return Err(pyo3::exceptions::PyValueError::new_err("null CUDA function address")),
+        };
+        Ok(BatchPool { pool: NativePool::new(cap, pin) })
+    }
+}
+
 /// Minibatches of a source's configuration planned and assembled by native threads (`cntkio.Loader`).
 #[pyclass(module = "cntkio._native", frozen)]
 pub struct Feed {
@@ -119,9 +177,10 @@ impl Feed {
     /// Starts a feed of minibatches of `size` samples (the size of all partitions together, as
     /// `Source.next_minibatch` takes it) for partition `rank` of `workers`, with `source`'s data and
     /// configuration, from the start of its run or from the checkpoint `restore` (`SourceState` JSON).
-    /// `threads` assemble batches, `ahead` minibatches are planned or ready ahead.
+    /// `threads` assemble batches, `ahead` batches are planned or ready ahead, each of `group` consecutive
+    /// minibatches; batches are reused from `pool` (else a pool of the feed's own).
     #[new]
-    #[pyo3(signature = (source, size, workers = 1, rank = 0, threads = 1, ahead = 4, restore = None))]
+    #[pyo3(signature = (source, size, workers = 1, rank = 0, threads = 1, ahead = 4, restore = None, group = 1, pool = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -132,7 +191,10 @@ impl Feed {
         threads: usize,
         ahead: usize,
         restore: Option<String>,
+        group: usize,
+        pool: Option<PyRef<'_, BatchPool>>,
     ) -> PyResult<Feed> {
+        let pool = pool.map(|p| p.pool.clone());
         let fresh = source.fresh(workers, rank);
         py.detach(move || {
             crate::pool::run(move || -> Result<Feed, Error> {
@@ -140,16 +202,22 @@ impl Feed {
                 if let Some(s) = restore {
                     src.restore(&SourceState::from_json(&s)?)?;
                 }
-                let feed = NativeFeed::start(src, FeedConfig { size, threads, ahead })?;
+                let config = FeedConfig { size, threads, ahead, group };
+                let feed = match pool {
+                    None => NativeFeed::start(src, config)?,
+                    Some(p) => NativeFeed::start_with_pool(src, config, p)?,
+                };
                 Ok(Feed { inner: Mutex::new(Some(feed)) })
             })
         })
         .map_err(py_err)
     }
 
-    /// The next minibatch as `(keys, lengths, streams, end_of_sweep, end_of_run, state, bptt)` (see
-    /// `Source.next_minibatch`; `state` is the checkpoint after it, JSON), or None when the run is over or
-    /// the feed was closed. The arrays view memory that goes back to the feed when Python drops them.
+    /// The next batch of minibatches as `(keys, lengths, streams, parts, bptt)` (see
+    /// `Source.next_minibatch`; the arrays hold the minibatches one after another), `parts` a list of
+    /// `(sequences, end_of_sweep, end_of_run, state)` per minibatch (`state`: the checkpoint after it,
+    /// JSON), or None when the run is over or the feed was closed. The arrays view memory that goes back to
+    /// the pool when Python drops them.
     fn next<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let got = py.detach(|| {
             let mut g = lock(&self.inner);
@@ -159,13 +227,15 @@ impl Feed {
             }
         });
         let Some((fed, recycler)) = got.map_err(py_err)? else { return Ok(None) };
-        let (eos, eor) = (fed.batch.end_of_sweep, fed.batch.end_of_run);
         let bptt = bptt_to_py(py, fed.batch.bptt.as_ref())?;
+        let parts = PyList::empty(py);
+        for p in &fed.parts {
+            parts.append((p.sequences, p.end_of_sweep, p.end_of_run, p.state.to_json()))?;
+        }
         let owner = Bound::new(py, BatchMemory { batch: Some(fed.batch), recycler })?;
         let data = batch_to_py(py, &owner)?;
         let (keys, lengths, streams) = (data.get_item(0)?, data.get_item(1)?, data.get_item(2)?);
-        let state = fed.state.to_json();
-        Ok(Some((keys, lengths, streams, eos, eor, state, bptt).into_pyobject(py)?))
+        Ok(Some((keys, lengths, streams, parts, bptt).into_pyobject(py)?))
     }
 
     /// Stops the feed's threads (waiting for them); `next` then returns None.

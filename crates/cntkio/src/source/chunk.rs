@@ -339,12 +339,47 @@ impl<'a> ChunkView<'a> {
         }
     }
 
+    /// Number of streams.
+    pub(crate) fn num_streams(&self) -> usize {
+        match self {
+            ChunkView::Data(d, _) => d.streams.len(),
+            ChunkView::Cbf(_, s) => s.len(),
+        }
+    }
+
     /// Number of samples of sequence `seq` in stream `stream`.
     #[inline]
     pub(crate) fn sequence_len(&self, stream: usize, seq: usize) -> u64 {
         match self {
             ChunkView::Data(d, _) => d.streams[stream].sequence_len(seq),
             ChunkView::Cbf(b, s) => u64::from(u32_le(b, s[stream].records.get(seq))),
+        }
+    }
+
+    /// Number of stored entries of sequence `seq` in stream `stream`: values of all its samples (samples ×
+    /// dim when dense, non-zeros when sparse).
+    #[inline]
+    pub(crate) fn sequence_entries(&self, stream: usize, seq: usize) -> u64 {
+        match self {
+            ChunkView::Data(d, _) => {
+                let s = &d.streams[stream];
+                let r = s.sequence_samples(seq);
+                match &s.layout {
+                    Layout::Dense => (r.end - r.start) * s.dim as u64,
+                    Layout::Sparse { sample_offsets, .. } => {
+                        sample_offsets[r.end as usize] - sample_offsets[r.start as usize]
+                    }
+                }
+            }
+            ChunkView::Cbf(b, s) => {
+                let st = &s[stream];
+                let rec = st.records.get(seq);
+                if st.sparse {
+                    u64::from(u32_le(b, rec + 4))
+                } else {
+                    u64::from(u32_le(b, rec)) * st.dim as u64
+                }
+            }
         }
     }
 

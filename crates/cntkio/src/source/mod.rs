@@ -75,7 +75,7 @@ mod plan;
 pub use bptt::{BpttLayout, BpttState, Fragment, HeldSequence, RowState};
 pub use chunk::SourceChunk;
 pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
-pub use feed::{FedBatch, Feed, FeedConfig, Recycler};
+pub use feed::{BatchPool, FedBatch, FedPart, Feed, FeedConfig, HostPin, Recycler};
 
 use crate::randomize::{
     elastic_needs_balanced, BlockRandomizer, ElasticResume, EpochConfig, NoRandomizer, Pick, SequenceEnumerator, Window,
@@ -280,6 +280,32 @@ enum Planned {
     Ready(Box<Batch>, bool),
 }
 
+/// The sizes of an assembled minibatch ([`PlannedBatch::sizes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct BatchSizes {
+    /// Sequences.
+    pub sequences: usize,
+    /// Σ of their declared lengths.
+    pub declared: usize,
+    /// Per stream: entries of `values` (and of `indices` when sparse), and samples.
+    pub streams: Vec<(usize, usize)>,
+}
+
+impl BatchSizes {
+    /// The sizes of `self`'s minibatch followed by `other`'s in one batch.
+    pub(crate) fn add(&mut self, other: &BatchSizes) {
+        self.sequences += other.sequences;
+        self.declared += other.declared;
+        if self.streams.len() < other.streams.len() {
+            self.streams.resize(other.streams.len(), (0, 0));
+        }
+        for (a, b) in self.streams.iter_mut().zip(&other.streams) {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
+    }
+}
+
 /// The sequences of a minibatch and the chunks holding them.
 struct Plan {
     picks: Vec<Pick>,
@@ -288,6 +314,18 @@ struct Plan {
     chunks: Vec<Arc<SourceChunk>>,
     end_of_sweep: bool,
     end_of_run: bool,
+}
+
+impl Plan {
+    /// Appends the sequences to `batch` and sets its flags.
+    fn append_to(&self, batch: &mut Batch) {
+        batch.end_of_sweep = self.end_of_sweep;
+        batch.end_of_run = self.end_of_run;
+        batch.data.keys.extend(self.picks.iter().map(|q| q.key));
+        batch.data.num_samples.extend(self.picks.iter().map(|q| q.num_samples));
+        let views: Vec<chunk::ChunkView<'_>> = self.chunks.iter().map(|c| c.view()).collect();
+        fill(&self.picks, &views, &self.slots, &mut batch.data.streams);
+    }
 }
 
 impl std::fmt::Debug for Plan {
@@ -311,12 +349,45 @@ impl PlannedBatch {
         }
     }
 
+    /// Whether the minibatch was assembled when it was planned (truncated BPTT): assembling it moves its
+    /// buffers into the batch instead of copying into the batch's own.
+    pub(crate) fn is_ready(&self) -> bool {
+        matches!(self.0, Planned::Ready(..))
+    }
+
     /// Number of sequences of the minibatch.
     pub fn num_sequences(&self) -> usize {
         match &self.0 {
             Planned::Empty { .. } => 0,
             Planned::Copy(p) => p.picks.len(),
             Planned::Ready(b, _) => b.num_sequences(),
+        }
+    }
+
+    /// The sizes of the minibatch's vectors once assembled: per stream the values (entries: samples × dim
+    /// when dense, non-zeros when sparse) and samples, and the number of sequences.
+    pub(crate) fn sizes(&self) -> BatchSizes {
+        match &self.0 {
+            Planned::Empty { .. } => BatchSizes::default(),
+            Planned::Ready(b, _) => BatchSizes {
+                sequences: b.num_sequences(),
+                declared: b.data.num_samples.iter().map(|&n| n as usize).sum(),
+                streams: b.data.streams.iter().map(|s| (s.values.len(), s.num_samples() as usize)).collect(),
+            },
+            Planned::Copy(p) => {
+                let views: Vec<chunk::ChunkView<'_>> = p.chunks.iter().map(|c| c.view()).collect();
+                let streams = views.first().map_or(0, |v| v.num_streams());
+                let mut sizes = vec![(0usize, 0usize); streams];
+                for (q, &slot) in p.picks.iter().zip(&p.slots) {
+                    let v = views[slot as usize];
+                    for (st, (entries, samples)) in sizes.iter_mut().enumerate() {
+                        *entries += v.sequence_entries(st, q.index as usize) as usize;
+                        *samples += v.sequence_len(st, q.index as usize) as usize;
+                    }
+                }
+                let declared = p.picks.iter().map(|q| q.num_samples as usize).sum();
+                BatchSizes { sequences: p.picks.len(), declared, streams: sizes }
+            }
         }
     }
 
@@ -339,12 +410,24 @@ impl PlannedBatch {
             Planned::Copy(p) => {
                 prepare(batch, streams);
                 batch.bptt = None;
-                batch.end_of_sweep = p.end_of_sweep;
-                batch.end_of_run = p.end_of_run;
-                batch.data.keys.extend(p.picks.iter().map(|q| q.key));
-                batch.data.num_samples.extend(p.picks.iter().map(|q| q.num_samples));
-                let views: Vec<chunk::ChunkView<'_>> = p.chunks.iter().map(|c| c.view()).collect();
-                fill(&p.picks, &views, &p.slots, &mut batch.data.streams);
+                p.append_to(batch);
+                true
+            }
+        }
+    }
+
+    /// Appends the minibatch's sequences to `batch` (of the source's streams), after those it holds: several
+    /// minibatches in one batch, one after another (their flags are those of the last). Returns false
+    /// without appending anything when the run is over. A minibatch of truncated BPTT (assembled already,
+    /// [`is_ready`](Self::is_ready)) cannot be appended: it replaces the batch's content when `batch` is
+    /// empty and is refused (false) otherwise.
+    pub(crate) fn append_to(self, streams: &[StreamSpec], batch: &mut Batch) -> bool {
+        match self.0 {
+            Planned::Empty { .. } => false,
+            Planned::Ready(..) if batch.num_sequences() > 0 => false,
+            Planned::Ready(..) => self.assemble_into(streams, batch),
+            Planned::Copy(p) => {
+                p.append_to(batch);
                 true
             }
         }
@@ -1017,7 +1100,7 @@ fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slots: &[u32], dst: &mut
     // than that still grows as needed.
     let declared: usize = picks.iter().map(|p| p.num_samples as usize).sum();
     for d in dst.iter_mut().filter(|d| matches!(d.layout, Layout::Dense)) {
-        let want = declared.saturating_mul(d.dim).min(1 << 22);
+        let want = dense_reserve(declared, d.dim);
         match &mut d.values {
             Values::F32(v) => v.reserve(want.saturating_sub(v.len())),
             Values::F64(v) => v.reserve(want.saturating_sub(v.len())),
@@ -1045,6 +1128,12 @@ fn fill(picks: &[Pick], views: &[chunk::ChunkView<'_>], slots: &[u32], dst: &mut
             view(i).append(st, p.index as usize, d);
         }
     }
+}
+
+/// The room [`fill`] asks for in a dense stream's values before copying: `declared` samples of `dim`
+/// values, at most 4 Mi values (a hint: declared lengths come from the file).
+pub(crate) fn dense_reserve(declared: usize, dim: usize) -> usize {
+    declared.saturating_mul(dim).min(1 << 22)
 }
 
 /// How many sequences ahead of the one being copied are asked into the cache by [`gather_dense`].
