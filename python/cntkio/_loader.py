@@ -209,7 +209,7 @@ class Loader(_iterable_base()):  # type: ignore[misc]
             workers=self.world_size,
             rank=self.rank,
             threads=self.num_threads,
-            ahead=self.prefetch,
+            ahead=-(-self.prefetch // self._group()),
             restore=restore,
             group=self._group(),
             pool=self._batch_pool(),
@@ -242,6 +242,8 @@ class Loader(_iterable_base()):  # type: ignore[misc]
                 else:
                     k, ln = keys[first:end], lengths[first:end]
                     st = [_part_of(s, first, end) for s in streams]
+                # The feed's offsets are u64 (its own memory): as int64, NumPy's index type.
+                st = [(v, o.view(np.int64), i, p) for v, o, i, p in st]
                 bptt = None if layout is None else BpttLayout(layout[0], layout[1], layout[2], ln)
                 items = {
                     info: MinibatchData(info, values, offsets, indices, indptr, k, ln, eos, bptt)

@@ -211,22 +211,28 @@ def _make() -> Any:
                     raw = next(source, None)
                     if raw is not None:
                         keys, _, streams, parts, _ = raw
+                        # Every array here views the feed's page-locked buffers (but a densified sparse
+                        # stream): all copies are asynchronous. Lengths are taken on the device.
                         host: Dict[str, Any] = {}
                         offsets = []
                         for name, shape, is_sparse, dim, (values, offs, indices, indptr) in zip(
                             names, shapes, sparse, dims, streams
                         ):
+                            offs = offs.view(np.int64)
                             if is_sparse:
                                 values = StreamData(name, dim, True, values, offs, indices, indptr).todense()
                             elif len(shape) != 1:
                                 values = values.reshape((values.shape[0],) + tuple(shape))
                             host[name] = torch.from_numpy(values)
-                            host[f"{name}_lengths"] = torch.from_numpy(np.diff(offs))
+                            host[f"{name}_offsets"] = torch.from_numpy(offs)
                             offsets.append(offs)
                         if with_keys:
-                            host["keys"] = torch.from_numpy(keys.astype(np.int64))
+                            host["keys"] = torch.from_numpy(keys.view(np.int64))
                         with torch.cuda.stream(stream):
                             g = {k: v.to(device, non_blocking=True) for k, v in host.items()}
+                            for name in names:
+                                o = g.pop(f"{name}_offsets")
+                                g[f"{name}_lengths"] = o[1:] - o[:-1]
                             event = torch.cuda.Event()
                             event.record(stream)
                         ahead.append((g, event, parts, offsets))

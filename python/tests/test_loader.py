@@ -314,6 +314,13 @@ def test_torch_loader_pins_and_moves_to_cuda(tmp_path):
     plain = list(ct.Loader(**opts, num_threads=2))
     pinned = list(ct.Loader(**opts, num_threads=2, pin_memory=True))
     assert all(v.is_pinned() for b in pinned for k, v in b.items() if v.layout == torch.strided)
+    # Where PyTorch's CUDA runtime is a shared library, the loader's own buffers are page-locked: the value
+    # arrays are pinned as they come from the loader, not copied.
+    from cntkio._torch_loader import cuda_host_register
+
+    if cuda_host_register(torch) is not None:
+        raw = list(ct.Loader(**opts, num_threads=2, pin_memory=True, sparse="dense")._tensors())
+        assert all(b["a"].is_pinned() for b in raw)
     # Batches kept while the loader goes on (their buffers page-locked where they are) stay intact.
     assert len(pinned) == len(plain)
     for x, y in zip(pinned, plain):

@@ -68,14 +68,14 @@ fn offsets_i64<'py>(py: Python<'py>, v: &[u64]) -> Bound<'py, PyAny> {
     v.iter().map(|&x| x as i64).collect::<Vec<i64>>().into_pyarray(py).into_any()
 }
 
-/// `(keys u64[S], num_samples u32[S], [(values, sequence_offsets i64[S+1], indices, indptr)…])` of a
-/// batch, as `arrays::chunk_to_py` makes them, with the keys, lengths, values and sparse indices as views
-/// of the batch's memory.
+/// `(keys u64[S], num_samples u32[S], [(values, sequence_offsets u64[S+1], indices, indptr)…])` of a
+/// batch, as `arrays::chunk_to_py` makes them (but for the offsets' type), with the keys, lengths, values,
+/// sequence offsets and sparse indices as views of the batch's memory.
 fn batch_to_py<'py>(py: Python<'py>, owner: &Bound<'py, BatchMemory>) -> PyResult<Bound<'py, PyTuple>> {
     let b = owner.get().batch.as_ref().expect("a batch memory holds its batch until dropped");
     let out = PyList::empty(py);
     for s in &b.data.streams {
-        let offsets = offsets_i64(py, &s.sequence_offsets);
+        let offsets = view(&s.sequence_offsets, &[s.sequence_offsets.len()], owner)?;
         let (values, indices, indptr) = match &s.layout {
             Layout::Dense => {
                 let n = s.sequence_offsets.last().copied().unwrap_or(0) as usize;

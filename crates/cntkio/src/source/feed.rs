@@ -83,8 +83,8 @@ impl Pinning {
         self.pinned.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The buffers of `b` that leave the library (keys, declared lengths, values and sparse indices): their
-    /// addresses and capacities in bytes.
+    /// The buffers of `b` that leave the library (keys, declared lengths, values, sequence offsets and sparse
+    /// indices): their addresses and capacities in bytes.
     fn buffers(b: &Batch) -> Vec<(usize, usize)> {
         fn of<T>(v: &Vec<T>) -> (usize, usize) {
             (v.as_ptr() as usize, v.capacity() * std::mem::size_of::<T>())
@@ -95,6 +95,7 @@ impl Pinning {
                 crate::Values::F32(v) => of(v),
                 crate::Values::F64(v) => of(v),
             });
+            out.push(of(&s.sequence_offsets));
             if let crate::Layout::Sparse { indices, .. } = &s.layout {
                 out.push(of(indices));
             }
@@ -136,6 +137,7 @@ impl Pinning {
         };
         for (s, &(entries, _)) in b.data.streams.iter().zip(&sizes.streams) {
             moved |= grow(s.values.capacity(), values(s, entries));
+            moved |= grow(s.sequence_offsets.capacity(), sizes.sequences + 1);
             if let crate::Layout::Sparse { indices, .. } = &s.layout {
                 moved |= grow(indices.capacity(), entries);
             }
@@ -150,7 +152,7 @@ impl Pinning {
         for (s, &(entries, samples)) in b.data.streams.iter_mut().zip(&sizes.streams) {
             let n = values(s, entries);
             s.values.reserve_exact(room(n));
-            s.sequence_offsets.reserve(room(sizes.sequences + 1));
+            s.sequence_offsets.reserve_exact(room(sizes.sequences + 1));
             if let crate::Layout::Sparse { indices, sample_offsets } = &mut s.layout {
                 indices.reserve_exact(room(entries));
                 sample_offsets.reserve(room(samples + 1));
