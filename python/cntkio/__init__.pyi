@@ -303,3 +303,50 @@ class MinibatchSource:
     def current_position(self) -> Dict[str, Any]: ...
     @current_position.setter
     def current_position(self, position: Mapping[str, Any]) -> None: ...
+
+class Loader:
+    """Batches of CNTK data for a training loop, assembled by native threads (see cntkio._loader)."""
+
+    batch_size: int
+    shuffle: bool
+    seed: int
+    epoch: int
+    rank: int
+    world_size: int
+    layout: str
+    sparse: str
+    with_keys: bool
+    num_threads: int
+    prefetch: int
+    def __init__(
+        self,
+        deserializers: Union[_Deserializer, Sequence[_Deserializer], None] = ...,
+        *,
+        paths: Union[PathLike, Sequence[PathLike], None] = ...,
+        streams: Optional[Mapping[str, Mapping[str, Any]]] = ...,
+        batch_size: int = ...,
+        shuffle: bool = ...,
+        seed: int = ...,
+        randomization_window_in_chunks: int = ...,
+        randomization_window_in_samples: int = ...,
+        frame_mode: bool = ...,
+        truncation_length: int = ...,
+        concat: Optional[bool] = ...,
+        rank: Optional[int] = ...,
+        world_size: Optional[int] = ...,
+        balanced_workers: bool = ...,
+        layout: str = ...,
+        sparse: str = ...,
+        with_keys: bool = ...,
+        num_threads: Optional[int] = ...,
+        prefetch: Optional[int] = ...,
+        **options: Any,
+    ) -> None: ...
+    def set_epoch(self, epoch: int) -> None: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Dict[str, Any]]: ...
+    def minibatches(self) -> Iterator[Minibatch]: ...
+    def state_dict(self, batches: Optional[int] = ..., num_workers: Optional[int] = ...) -> Dict[str, Any]: ...
+    def load_state_dict(
+        self, state: Union[Mapping[str, Any], Sequence[Mapping[str, Any]]], num_workers: Optional[int] = ...
+    ) -> None: ...

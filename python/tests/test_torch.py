@@ -369,10 +369,11 @@ def test_pickle_dataset(torch, tmp_path):
     assert [b["keys"].tolist() for b in copy] == [b["keys"].tolist() for b in ds]
 
 
-def test_example_trains(torch):
+@pytest.mark.parametrize("how", [["--workers", "2"], []], ids=["dataloader", "loader"])
+def test_example_trains(torch, how):
     env = {**os.environ, "PYTHONWARNINGS": "error"}
     out = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "train_logreg.py"), "--epochs", "8", "--workers", "2"],
+        [sys.executable, str(REPO / "examples" / "train_logreg.py"), "--epochs", "8", *how],
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert out.returncode == 0, out.stderr

@@ -5,81 +5,13 @@
 //! `sequences_delivered` counts exactly, also across restores. With as many workers as before, the resume
 //! is today's exact continuation. Other dealings are refused with a clear error.
 
-use cntkio::randomize::{ChunkInfo, ElasticResume, SequenceInfo, SequenceSource, Window};
+mod common;
+
+use cntkio::randomize::{ElasticResume, Window};
 use cntkio::source::{Deserializer, MinibatchConfig, MinibatchSource, RunLength};
-use cntkio::{ChunkData, Error, Schema, StorageFormat, StreamSpec};
+use common::Mem;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// Chunks of sequences of the given declared lengths with keys 0, 1, …; one dense stream `a` of dim 1
-/// whose samples hold the key.
-struct Mem {
-    chunks: Vec<ChunkInfo>,
-    seqs: Vec<Vec<u32>>,
-    first_key: Vec<u64>,
-    streams: Vec<StreamSpec>,
-}
-
-impl Mem {
-    fn new(lens: Vec<Vec<u32>>) -> Mem {
-        let mut first_key = Vec::new();
-        let mut k = 0u64;
-        for c in &lens {
-            first_key.push(k);
-            k += c.len() as u64;
-        }
-        Mem {
-            chunks: lens
-                .iter()
-                .map(|c| ChunkInfo {
-                    num_samples: c.iter().map(|&l| u64::from(l)).sum(),
-                    num_sequences: c.len() as u32,
-                })
-                .collect(),
-            seqs: lens,
-            first_key,
-            streams: vec![StreamSpec::new("a", 1, StorageFormat::Dense)],
-        }
-    }
-}
-
-impl SequenceSource for Mem {
-    fn chunks(&self) -> &[ChunkInfo] {
-        &self.chunks
-    }
-    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
-        let c = chunk as usize;
-        out.extend(
-            self.seqs[c]
-                .iter()
-                .enumerate()
-                .map(|(i, &l)| SequenceInfo { num_samples: l, key: self.first_key[c] + i as u64 }),
-        );
-        Ok(())
-    }
-}
-
-impl Deserializer for Mem {
-    fn streams(&self) -> &[StreamSpec] {
-        &self.streams
-    }
-    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
-        let c = chunk as usize;
-        let mut d = ChunkData::new(&Schema::new(self.streams.clone()).unwrap());
-        for (i, &l) in self.seqs[c].iter().enumerate() {
-            let key = self.first_key[c] + i as u64;
-            d.keys.push(key);
-            d.num_samples.push(l);
-            let s = &mut d.streams[0];
-            for _ in 0..l {
-                s.values.push_f64(key as f64);
-            }
-            let last = *s.sequence_offsets.last().unwrap();
-            s.sequence_offsets.push(last + u64::from(l));
-        }
-        Ok(Arc::new(d))
-    }
-}
 
 /// SplitMix64, for the random cases.
 struct Rng(u64);

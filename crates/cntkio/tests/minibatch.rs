@@ -12,6 +12,7 @@ use cntkio::cbf::CbfWriter;
 use cntkio::randomize::Window;
 use cntkio::source::{Batch, CbfSource, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength};
 use cntkio::{CtfOptions, CtfReader, Layout, Schema, StorageFormat, StreamSpec, Values};
+use common::Mem;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::io::Write;
@@ -607,78 +608,6 @@ fn random_runs_match_python_model() {
 
 // ---------------------------------------------------------------------------------------------------------
 // Laws, on an in-memory deserializer.
-
-/// Chunks of sequences `(declared length, key)`; one dense stream `a` of dim 1 whose samples hold the key.
-struct Mem {
-    chunks: Vec<cntkio::randomize::ChunkInfo>,
-    seqs: Vec<Vec<u32>>,
-    first_key: Vec<u64>,
-    streams: Vec<StreamSpec>,
-}
-
-impl Mem {
-    fn new(lens: Vec<Vec<u32>>) -> Mem {
-        let mut first_key = Vec::new();
-        let mut k = 0u64;
-        for c in &lens {
-            first_key.push(k);
-            k += c.len() as u64;
-        }
-        Mem {
-            chunks: lens
-                .iter()
-                .map(|c| cntkio::randomize::ChunkInfo {
-                    num_samples: c.iter().map(|&l| u64::from(l)).sum(),
-                    num_sequences: c.len() as u32,
-                })
-                .collect(),
-            seqs: lens,
-            first_key,
-            streams: vec![StreamSpec::new("a", 1, StorageFormat::Dense)],
-        }
-    }
-    fn num_sequences(&self) -> u64 {
-        self.seqs.iter().map(|c| c.len() as u64).sum()
-    }
-}
-
-impl cntkio::randomize::SequenceSource for Mem {
-    fn chunks(&self) -> &[cntkio::randomize::ChunkInfo] {
-        &self.chunks
-    }
-    fn sequences(&self, chunk: u32, out: &mut Vec<cntkio::randomize::SequenceInfo>) -> Result<(), cntkio::Error> {
-        let c = chunk as usize;
-        out.extend(
-            self.seqs[c]
-                .iter()
-                .enumerate()
-                .map(|(i, &l)| cntkio::randomize::SequenceInfo { num_samples: l, key: self.first_key[c] + i as u64 }),
-        );
-        Ok(())
-    }
-}
-
-impl Deserializer for Mem {
-    fn streams(&self) -> &[StreamSpec] {
-        &self.streams
-    }
-    fn load_chunk(&self, chunk: u32) -> Result<Arc<cntkio::ChunkData>, cntkio::Error> {
-        let c = chunk as usize;
-        let mut d = cntkio::ChunkData::new(&Schema::new(self.streams.clone()).unwrap());
-        for (i, &l) in self.seqs[c].iter().enumerate() {
-            let key = self.first_key[c] + i as u64;
-            d.keys.push(key);
-            d.num_samples.push(l);
-            let s = &mut d.streams[0];
-            for _ in 0..l {
-                s.values.push_f64(key as f64);
-            }
-            let last = *s.sequence_offsets.last().unwrap();
-            s.sequence_offsets.push(last + u64::from(l));
-        }
-        Ok(Arc::new(d))
-    }
-}
 
 fn structure() -> impl Strategy<Value = Vec<Vec<u32>>> {
     prop::collection::vec(prop::collection::vec(1u32..5, 0..6), 1..10)
