@@ -64,7 +64,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cntkio import CBFDeserializer, CTFDeserializer, UsageError, _Deserializer, detect_format
+from cntkio import CBFDeserializer, CTFDeserializer, UsageError, _Deserializer, _shared, detect_format
 from cntkio._source import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, Minibatch, MinibatchSource
 
 __all__ = ["IterableDataset", "Loader", "MinibatchIterable", "gather_states"]
@@ -554,17 +554,9 @@ def _to_tensors(mb: Minibatch, layout: str, with_keys: bool, sparse: str) -> Dic
             data, indices, indptr = s.raw()
             if indptr.dtype != indices.dtype:
                 indices = indices.astype(indptr.dtype)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
-                # PyTorch 2.11 warns when invariant checks are off by default; cntkio's parts are valid.
-                warnings.filterwarnings("ignore", message=".*[Ss]parse invariant checks are implicitly disabled.*")
-                out[name] = torch.sparse_csr_tensor(
-                    torch.from_numpy(indptr),
-                    torch.from_numpy(indices),
-                    torch.from_numpy(data),
-                    size=(s.num_samples, s.dim),
-                    check_invariants=False,
-                )
+            out[name] = _csr_tensor(
+                torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(data), (s.num_samples, s.dim)
+            )
         elif s.is_sparse:
             out[name] = torch.from_numpy(s.todense())
         else:
@@ -573,6 +565,16 @@ def _to_tensors(mb: Minibatch, layout: str, with_keys: bool, sparse: str) -> Dic
     if with_keys:
         out["keys"] = torch.from_numpy(mb.sequence_keys.astype(np.int64))
     return out
+
+
+def _csr_tensor(crow: Any, col: Any, values: Any, size: Any) -> Any:
+    """``torch.sparse_csr_tensor`` of parts cntkio made (valid: no invariant checks), without its warnings."""
+    torch = _torch()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+        # PyTorch 2.11 warns when invariant checks are off by default; cntkio's parts are valid.
+        warnings.filterwarnings("ignore", message=".*[Ss]parse invariant checks are implicitly disabled.*")
+        return torch.sparse_csr_tensor(crow, col, values, size=size, check_invariants=False)
 
 
 def _in_one_shared_segment(batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -600,11 +602,7 @@ def _in_one_shared_segment(batch: Dict[str, Any]) -> Dict[str, Any]:
     it = iter(views)
     for k, v in batch.items():
         if v.layout == torch.sparse_csr:
-            crow, col, values = next(it), next(it), next(it)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
-                warnings.filterwarnings("ignore", message=".*[Ss]parse invariant checks are implicitly disabled.*")
-                out[k] = torch.sparse_csr_tensor(crow, col, values, size=v.shape, check_invariants=False)
+            out[k] = _csr_tensor(next(it), next(it), next(it), v.shape)
         else:
             out[k] = next(it)
     return out
@@ -661,11 +659,18 @@ def _dataset_class() -> Any:
 
         def __iter__(self) -> Iterator[Dict[str, Any]]:
             in_worker = _worker()[1] > 1 or sys.modules["torch.utils.data"].get_worker_info() is not None
+            ring = _shared.ring() if in_worker else None
             for mb in self.minibatches():
                 batch = _to_tensors(mb, self.layout, self.with_keys, self.sparse)
-                # A DataLoader worker's batch goes to the main process through shared memory: one segment
-                # for the whole batch (DataLoader would move each tensor to a segment of its own).
-                yield _in_one_shared_segment(batch) if in_worker else batch
+                # A DataLoader worker's batch goes to the main process through shared memory: a slot of the
+                # worker's reused segments (module _shared), else one segment for the whole batch (DataLoader
+                # would move each tensor to a fresh segment of its own).
+                if ring is not None:
+                    yield ring.put(batch)
+                elif in_worker:
+                    yield _in_one_shared_segment(batch)
+                else:
+                    yield batch
 
     IterableDataset.__module__ = __name__
     IterableDataset.__qualname__ = "IterableDataset"

@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -414,3 +415,54 @@ def test_torch_distributed_ranks(torch, tmp_path):
     assert [(r["rank"], r["world"]) for r in results] == [(0, 2), (1, 2)]
     a, b = set(results[0]["keys"]), set(results[1]["keys"])
     assert not a & b and a | b == set(range(50))
+
+
+def _cntkio_shm() -> List[str]:
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("cntkio-")) if os.path.isdir("/dev/shm") else []
+
+
+@pytest.mark.parametrize("layout", ["flat", "padded"])
+def test_worker_batches_through_reused_shared_memory(torch, tmp_path, layout, monkeypatch):
+    """DataLoader workers send batches through slots of their own shared memory: the batches equal those sent
+    the ordinary way, a batch kept is never overwritten (a worker that finds no free slot makes another),
+    slots are reused once the main process drops a batch, and the files go with the workers."""
+    from torch.utils.data import DataLoader
+
+    from cntkio import _shared
+
+    d = data(tmp_path, n=400, chunk=200)
+    ds = ct.IterableDataset(d, batch_size=8, seed=4, layout=layout, with_keys=True)
+    with monkeypatch.context() as m, warnings.catch_warnings():
+        m.setattr(_shared, "available", lambda: False)  # the (forked) workers send whole batches
+        # PyTorch's own unpickling of a sparse CSR tensor warns about its invariant checks.
+        warnings.filterwarnings("ignore", message=".*[Ss]parse invariant checks are implicitly disabled.*")
+        warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+        plain = list(DataLoader(ds, batch_size=None, num_workers=2))
+    before = set(_cntkio_shm())
+    kept = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert len(kept) == len(plain) > 40
+    for b, want in zip(kept, plain):
+        assert b.keys() == want.keys()
+        for k in b:
+            x, y = b[k], want[k]
+            if x.layout == torch.sparse_csr:
+                x, y = x.to_dense(), y.to_dense()
+            assert torch.equal(x, y), k
+    if _shared.available():
+        # Dropping each batch: the workers reuse a few slots instead of making one per batch.
+        most = 0
+        for i, b in enumerate(DataLoader(ds, batch_size=None, num_workers=2)):
+            del b
+            if i % 5 == 0:
+                most = max(most, len(set(_cntkio_shm()) - before))
+        assert 0 < most < 20, most
+        del kept
+        import gc
+        import time
+
+        gc.collect()
+        for _ in range(50):  # the workers have exited: their files are gone
+            if not set(_cntkio_shm()) - before:
+                break
+            time.sleep(0.1)
+        assert not set(_cntkio_shm()) - before

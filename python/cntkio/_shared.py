@@ -1,0 +1,236 @@
+"""Batches of DataLoader workers sent to the main process through shared memory that is reused.
+
+PyTorch's DataLoader moves each tensor a worker yields to a shared-memory segment of its own, created for that
+batch, and the main process maps every one of them: for batches of a few MB that costs more than reading them.
+A worker of ``cntkio.torch.IterableDataset`` instead copies each batch into a slot of its ring of segments
+(files under ``/dev/shm``, made once and reused) and yields a small ticket; unpickled in the main process, the
+ticket becomes the batch's dict of tensors, views of the slot (its segment mapped once per process).
+
+A slot is reused only once the main process holds nothing of the batch in it: every array carries a lease
+whose release (when the last array, tensor or view of the batch is gone) marks the slot free in a flags
+segment the worker reads. A worker that finds no free slot makes another, so a program that keeps batches
+only costs memory. The segments are removed when the worker process exits.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+SHM_DIR = "/dev/shm"
+MAX_SLOTS = 1024
+"""Slots a worker's ring may grow to (a slot per batch the main process holds at once)."""
+_ALIGN = 64
+_MAPPED_CAP = 64
+"""Segments the main process keeps mapped for reuse (arrays keep theirs mapped as long as they live)."""
+
+
+def available() -> bool:
+    """Whether this system has POSIX shared memory files (Linux)."""
+    return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+
+
+def _create(size: int) -> Tuple[str, mmap.mmap]:
+    name = f"cntkio-{os.getpid()}-{secrets.token_hex(6)}"
+    path = os.path.join(SHM_DIR, name)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        # Room taken now: a full /dev/shm is an error here, not a SIGBUS when the map is written.
+        os.posix_fallocate(fd, 0, size)
+        return path, mmap.mmap(fd, size)
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+
+
+class Ring:
+    """A worker's slots (one segment each) and the flags segment the main process frees them in."""
+
+    def __init__(self) -> None:
+        self.flags_path, self._flags_map = _create(MAX_SLOTS)
+        self.flags = np.frombuffer(self._flags_map, dtype=np.uint8)
+        self.slots: List[Tuple[str, mmap.mmap]] = []
+        self._paths = [self.flags_path]
+
+    def _slot(self, size: int) -> Optional[int]:
+        """A free slot of at least ``size`` bytes (a free one grown, or a new one); None when the ring is full
+        of batches the main process still holds."""
+        free = [i for i in range(len(self.slots)) if self.flags[i] == 0]
+        for i in free:
+            if len(self.slots[i][1]) >= size:
+                return i
+        if free:
+            i = free[0]
+        elif len(self.slots) < MAX_SLOTS:
+            i = len(self.slots)
+        else:
+            return None
+        try:
+            path, mm = _create(max(size, 1) + size // 4)
+        except OSError:
+            return None  # no room in /dev/shm: this batch goes the ordinary way
+        self._paths.append(path)
+        if i == len(self.slots):
+            self.slots.append((path, mm))
+        else:
+            # A free slot too small for this batch: the main process holds nothing of it any more.
+            self._unlink(self.slots[i][0])
+            self.slots[i] = (path, mm)
+        return i
+
+    def _unlink(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        if path in self._paths:
+            self._paths.remove(path)
+
+    def put(self, batch: Dict[str, Any]) -> Any:
+        """A ticket for ``batch`` (a dict of CPU tensors) copied into a slot, or ``batch`` itself when no slot
+        can be had (the ring is full of batches the main process holds, or /dev/shm is full)."""
+        import torch
+
+        parts: List[Any] = []
+        for v in batch.values():
+            if v.layout == torch.sparse_csr:
+                parts.extend((v.crow_indices(), v.col_indices(), v.values()))
+            else:
+                parts.append(v)
+        arrays = [p.numpy() for p in parts]
+        offsets = []
+        total = 0
+        for a in arrays:
+            offsets.append(total)
+            total += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        slot = self._slot(total)
+        if slot is None:
+            return batch
+        path, mm = self.slots[slot]
+        self.flags[slot] = 1
+        specs = []
+        for a, o in zip(arrays, offsets):
+            dst = np.frombuffer(mm, dtype=a.dtype, count=a.size, offset=o).reshape(a.shape)
+            np.copyto(dst, a)
+            specs.append((a.dtype.str, a.shape, o))
+        layout = []
+        it = iter(specs)
+        for k, v in batch.items():
+            if v.layout == torch.sparse_csr:
+                layout.append((k, tuple(v.shape), (next(it), next(it), next(it))))
+            else:
+                layout.append((k, None, (next(it),)))
+        return Ticket(self.flags_path, slot, path, layout)
+
+    def close(self) -> None:
+        """Removes the ring's files (mappings stay valid where they are)."""
+        for p in list(self._paths):
+            self._unlink(p)
+
+
+class Ticket:
+    """A batch in a slot of a worker's ring: unpickled, the batch's dict of tensors (see the module docs)."""
+
+    __slots__ = ("flags_path", "slot", "path", "layout")
+
+    def __init__(self, flags_path: str, slot: int, path: str, layout: List[Any]) -> None:
+        self.flags_path = flags_path
+        self.slot = slot
+        self.path = path
+        self.layout = layout
+
+    def __reduce__(self) -> Any:
+        return (_open_batch, (self.flags_path, self.slot, self.path, self.layout))
+
+
+class _Lease:
+    """Frees a slot when the last array of its batch is gone."""
+
+    __slots__ = ("flags", "slot")
+
+    def __init__(self, flags: Any, slot: int) -> None:
+        self.flags = flags
+        self.slot = slot
+
+    def __del__(self) -> None:
+        try:
+            self.flags[self.slot] = 0
+        except Exception:  # interpreter shutdown: nothing reads the flags any more
+            pass
+
+
+class _Leased(np.ndarray):
+    """An array of a slot, holding the slot's lease."""
+
+
+_MAPPED: "OrderedDict[str, mmap.mmap]" = OrderedDict()
+
+
+def _mapped(path: str) -> mmap.mmap:
+    mm = _MAPPED.get(path)
+    if mm is None:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            mm = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        _MAPPED[path] = mm
+        while len(_MAPPED) > _MAPPED_CAP:
+            _MAPPED.popitem(last=False)
+    else:
+        _MAPPED.move_to_end(path)
+    return mm
+
+
+def _open_batch(flags_path: str, slot: int, path: str, layout: List[Any]) -> Dict[str, Any]:
+    """The batch of a ticket (in the main process): tensors viewing the slot, leasing it."""
+    import torch
+
+    lease = _Lease(np.frombuffer(_mapped(flags_path), dtype=np.uint8), slot)
+    mm = _mapped(path)
+
+    def tensor(spec: Any) -> Any:
+        dtype, shape, offset = spec
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        a = np.frombuffer(mm, dtype=dt, count=count, offset=offset).reshape(shape).view(_Leased)
+        a._lease = lease  # type: ignore[attr-defined]
+        return torch.from_numpy(a)
+
+    out: Dict[str, Any] = {}
+    for key, size, specs in layout:
+        if size is None:
+            out[key] = tensor(specs[0])
+        else:
+            from cntkio.torch import _csr_tensor
+
+            out[key] = _csr_tensor(tensor(specs[0]), tensor(specs[1]), tensor(specs[2]), size)
+    return out
+
+
+_RING: Optional[Tuple[int, Ring]] = None
+
+
+def ring() -> Optional[Ring]:
+    """This process's ring (made on first use; its files are removed when the process exits), or None where
+    shared memory files cannot be made."""
+    global _RING
+    if not available():
+        return None
+    if _RING is None or _RING[0] != os.getpid():
+        try:
+            r = Ring()
+        except OSError:
+            return None
+        from multiprocessing import util
+
+        util.Finalize(r, r.close, exitpriority=10)
+        _RING = (os.getpid(), r)
+    return _RING[1]
