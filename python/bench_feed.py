@@ -12,7 +12,7 @@ Rows (each the best of ``--repeat`` epochs, the paths taking turns so that the m
 * ``numpy Loader``: :class:`cntkio.Loader`, touching each batch's arrays;
 * ``torch Loader`` (with ``pin_memory`` where CUDA is present): :class:`cntkio.torch.Loader`;
 * ``DataLoader(IterableDataset), W workers``: ``torch.utils.data.DataLoader`` over
-  :class:`cntkio.torch.IterableDataset` with 0 and ``--workers`` worker processes;
+  :class:`cntkio.torch.IterableDataset` with 0 and ``--workers`` (default 2) worker processes;
 * with CUDA, a training step of a 100→1024→1024→10 MLP (dims from the file) fed by
   ``cntkio.torch.Loader(device="cuda")``, against the same steps on batches already on the GPU.
 
@@ -65,7 +65,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="native threads (default: all cores)")
-    ap.add_argument("--workers", type=int, default=2, help="DataLoader workers of the worker row")
+    ap.add_argument("--workers", type=int, action="append", default=[],
+                    help="DataLoader workers of a worker row (repeat for several rows; default 2)")
     ap.add_argument("--skip", action="append", default=[], help="leave out rows whose name contains this")
     ap.add_argument("--train-batches", type=int, default=300, help="training steps per timed run (CUDA rows)")
     ap.add_argument("--json", action="store_true")
@@ -114,7 +115,7 @@ def main() -> None:
         paths["torch Loader"] = epoch(lambda: ct.Loader(**opts, num_threads=threads))
         if cuda:
             paths["torch Loader, pin_memory"] = epoch(lambda: ct.Loader(**opts, num_threads=threads, pin_memory=True))
-        for w in sorted({0, args.workers}):
+        for w in sorted({0, *(args.workers or [2])}):
             def make(w: int = w) -> Any:
                 ds = ct.IterableDataset(**opts)
                 return DataLoader(ds, batch_size=None, num_workers=w, persistent_workers=False)

@@ -20,23 +20,11 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from cntkio import UsageError, _Deserializer, _has_scipy, _native
-from cntkio._source import BpttLayout, Minibatch, MinibatchData
+from cntkio._feed import default_threads
+from cntkio._source import Minibatch
 
 LAYOUTS = ("flat", "padded")
 SPARSE = ("csr", "dense", "raw")
-
-
-def default_threads() -> int:
-    """``CNTKIO_THREADS`` if set, else the number of cores."""
-    v = os.environ.get("CNTKIO_THREADS", "").strip()
-    if v:
-        try:
-            n = int(v)
-        except ValueError:
-            raise UsageError(f"environment variable CNTKIO_THREADS={v!r} is not an integer") from None
-        if n > 0:
-            return n
-    return os.cpu_count() or 1
 
 
 def _positive(name: str, value: Any) -> int:
@@ -186,72 +174,30 @@ class Loader(_iterable_base()):  # type: ignore[misc]
             self._pool = _native.BatchPool(self.prefetch + self.num_threads + 8, **self._pool_options())
         return self._pool
 
-    def _raw_batches(self) -> Iterator[Any]:
-        """The native feed's batches of this rank's minibatches of the current epoch:
-        ``(keys, lengths, streams, parts, bptt)`` (see ``_native.Feed.next``). The caller accounts for each
-        part it hands out (:meth:`_handed_out`)."""
-        src = self._source(self.epoch)
-        size = self.batch_size * self.world_size
+    def _caller(self) -> Tuple[int, int]:
+        return 0, 1  # one partition per rank, read in this process
+
+    def _feed_threads(self, workers: int) -> int:
+        return self.num_threads
+
+    def _feed_ahead(self, threads: int) -> int:
+        return self.prefetch
+
+    def _begin(self, src: Any, size: int, worker: int, workers: int) -> Tuple[int, Optional[str]]:
         exact, self._exact = self._exact, None
         if exact is not None and exact[0] == self.epoch and self._resume is not None:
+            # A Loader's own state: the source's checkpoint (with truncated BPTT's rows).
             restore: Optional[str] = exact[1]
-            skipped, delivered = self._resume[1], exact[2]
+            self._yielded, self._delivered = self._resume[1], exact[2]
         else:
-            _, skipped, delivered = self._resume_slot(src, size, 0, 1)
-            restore = src._src.state() if skipped else None
+            _, restore = super()._begin(src, size, worker, workers)
         self._resume = None
-        self._yielded = skipped
-        self._delivered = delivered
         self._position = restore
-        feed = _native.Feed(
-            src._src,
-            size,
-            workers=self.world_size,
-            rank=self.rank,
-            threads=self.num_threads,
-            ahead=-(-self.prefetch // self._group()),
-            restore=restore,
-            group=self._group(),
-            pool=self._batch_pool(),
-        )
-        try:
-            while True:
-                raw = feed.next()
-                if raw is None:
-                    break
-                yield raw
-        finally:
-            feed.close()
+        return self.rank, restore
 
     def _handed_out(self, position: str, sequences: int) -> None:
-        """Accounts for a minibatch handed out: ``position`` is the checkpoint after it."""
+        super()._handed_out(position, sequences)
         self._position = position
-        self._yielded += 1
-        if self._delivered is not None:
-            self._delivered += sequences
-
-    def minibatches(self) -> Iterator[Minibatch]:
-        """This rank's minibatches of the current epoch as :class:`cntkio.Minibatch` objects."""
-        infos = self._infos
-        for keys, lengths, streams, parts, layout in self._raw_batches():
-            first = 0
-            for n, eos, eor, position in parts:
-                end = first + n
-                if len(parts) == 1:
-                    k, ln, st = keys, lengths, streams
-                else:
-                    k, ln = keys[first:end], lengths[first:end]
-                    st = [_part_of(s, first, end) for s in streams]
-                # The feed's offsets are u64 (its own memory): as int64, NumPy's index type.
-                st = [(v, o.view(np.int64), i, p) for v, o, i, p in st]
-                bptt = None if layout is None else BpttLayout(layout[0], layout[1], layout[2], ln)
-                items = {
-                    info: MinibatchData(info, values, offsets, indices, indptr, k, ln, eos, bptt)
-                    for info, (values, offsets, indices, indptr) in zip(infos, st)
-                }
-                self._handed_out(position, n)
-                yield Minibatch(items, k, ln, eos, eor, bptt)
-                first = end
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         layout, sparse, with_keys = self.layout, self.sparse, self.with_keys
@@ -291,18 +237,6 @@ def _rebuild_loader(module: str, config: Dict[str, Any], state: Dict[str, Any]) 
         obj = Loader(**config)
     obj.__dict__.update(state)
     return obj
-
-
-def _part_of(stream: Any, first: int, end: int) -> Any:
-    """``(values, offsets, indices, indptr)`` of sequences ``first:end`` of a stream's arrays (views, offsets
-    rebased)."""
-    values, offsets, indices, indptr = stream
-    a, b = int(offsets[first]), int(offsets[end])
-    part_offsets = offsets[first : end + 1] - a
-    if indices is None:
-        return values[a:b], part_offsets, None, None
-    p, q = int(indptr[a]), int(indptr[b])
-    return values[p:q], part_offsets, indices[p:q], indptr[a : b + 1] - p
 
 
 def _to_arrays(mb: Minibatch, layout: str, with_keys: bool, sparse: str) -> Dict[str, Any]:

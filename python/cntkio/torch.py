@@ -64,7 +64,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cntkio import CBFDeserializer, CTFDeserializer, UsageError, _Deserializer, _shared, detect_format
+from cntkio import CBFDeserializer, CTFDeserializer, UsageError, _Deserializer, _feed, _native, _shared, detect_format
 from cntkio._source import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, Minibatch, MinibatchSource
 
 __all__ = ["IterableDataset", "Loader", "MinibatchIterable", "gather_states"]
@@ -237,6 +237,7 @@ class MinibatchIterable:
         self._delivered: Optional[int] = 0
         # (epoch, rounds): the epoch resumed elastically and the sequences earlier runs consumed of it.
         self._elastic: Optional[Tuple[int, List[List[int]]]] = None
+        self._counting = True  # this process hands the batches to the training loop (no DataLoader worker)
         # Opens the files and checks the options now, not only in the workers.
         self._infos = self._source(0).stream_infos()
 
@@ -448,12 +449,44 @@ class MinibatchIterable:
         return slot, k, int(plans[slot][k - 1][1] or 0) if k else 0
 
     # ---- iteration --------------------------------------------------------------------------------------
-    def minibatches(self) -> Iterator[Minibatch]:
-        """This partition's minibatches of the current epoch (one sweep)."""
-        worker, workers = _worker()
+    def _caller(self) -> Tuple[int, int]:
+        """``(worker id, number of workers)`` of the DataLoader worker iterating (``(0, 1)`` outside one)."""
+        return _worker()
+
+    def _feed_threads(self, workers: int) -> int:
+        """Native threads assembling this iteration's batches: the cores, shared by the DataLoader workers."""
+        return max(1, _feed.default_threads() // workers)
+
+    def _feed_ahead(self, threads: int) -> int:
+        """Minibatches planned or ready ahead."""
+        return 2 * threads + 2
+
+    def _group(self) -> int:
+        """Minibatches per batch of the native feed."""
+        return 1
+
+    def _batch_pool(self) -> Any:
+        """The batches the feed reuses (None: a pool of the feed's own)."""
+        return None
+
+    def _begin(self, src: MinibatchSource, size: int, worker: int, workers: int) -> Tuple[int, Optional[str]]:
+        """This iteration's partition index and the checkpoint its feed starts from (None: the start), after
+        skipping what a resume leaves out; sets the counts of batches and sequences handed out."""
+        slot, skipped, delivered = self._resume_slot(src, size, worker, workers)
+        if workers == 1:
+            self._yielded = skipped
+            self._delivered = delivered
+        return self.rank * workers + slot, (src._src.state() if skipped else None)
+
+    def _raw_batches(self) -> Iterator[Any]:
+        """The native feed's batches of this partition's minibatches of the current epoch (see
+        ``_native.Feed.next``): minibatches planned and assembled by native threads into reused buffers (the
+        minibatches of ``MinibatchSource.next_minibatch``). The caller accounts for each minibatch it hands
+        out (:meth:`_handed_out`)."""
+        worker, workers = self._caller()
         partitions = self.world_size * workers
         src = self._source(self.epoch)
-        if self.shuffle and src.num_chunks < partitions:
+        if self.shuffle and not self._options["balanced_workers"] and src.num_chunks < partitions:
             _log.warning(
                 "%d partitions (ranks × workers) but the data has %d chunk(s): with shuffle, chunks are dealt "
                 "to partitions and some get no data; use a smaller chunkSizeInBytes",
@@ -461,21 +494,43 @@ class MinibatchIterable:
                 src.num_chunks,
             )
         size = self.batch_size * partitions
-        slot, skipped, delivered = self._resume_slot(src, size, worker, workers)
-        index = self.rank * workers + slot
-        in_process = workers == 1
-        if in_process:
-            self._yielded = skipped
-            self._delivered = delivered
-        while True:
-            mb = src.next_minibatch(size, num_data_partitions=partitions, partition_index=index)
-            assert isinstance(mb, Minibatch)
-            if not mb:
-                break
-            if in_process:
-                self._yielded += 1
-                self._delivered = delivered = delivered + mb.num_sequences
-            yield mb
+        index, restore = self._begin(src, size, worker, workers)
+        self._counting = workers == 1
+        threads = self._feed_threads(workers)
+        group = self._group()
+        feed = _native.Feed(
+            src._src,
+            size,
+            workers=partitions,
+            rank=index,
+            threads=threads,
+            ahead=-(-self._feed_ahead(threads) // group),
+            restore=restore,
+            group=group,
+            pool=self._batch_pool(),
+        )
+        try:
+            while True:
+                raw = feed.next()
+                if raw is None:
+                    break
+                yield raw
+        finally:
+            feed.close()
+
+    def _handed_out(self, position: str, sequences: int) -> None:
+        """Accounts for a minibatch handed out (in the main process): ``position`` is the checkpoint after it."""
+        if self._counting:
+            self._yielded += 1
+            if self._delivered is not None:
+                self._delivered += sequences
+
+    def minibatches(self) -> Iterator[Minibatch]:
+        """This partition's minibatches of the current epoch (one sweep)."""
+        for raw in self._raw_batches():
+            for mb, position, n in _feed.minibatches_of(raw, self._infos):
+                self._handed_out(position, n)
+                yield mb
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.minibatches())
