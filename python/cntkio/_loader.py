@@ -14,7 +14,6 @@ it only costs memory.
 from __future__ import annotations
 
 import json as _json
-import os
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np

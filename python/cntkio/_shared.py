@@ -50,6 +50,30 @@ def _create(size: int) -> Tuple[str, mmap.mmap]:
         os.close(fd)
 
 
+def tensor_parts(batch: Dict[str, Any]) -> List[Any]:
+    """The dense tensors holding ``batch``'s data, in order: each tensor, or a sparse CSR tensor's row
+    offsets, column indices and values."""
+    import torch
+
+    parts: List[Any] = []
+    for v in batch.values():
+        if v.layout == torch.sparse_csr:
+            parts.extend((v.crow_indices(), v.col_indices(), v.values()))
+        else:
+            parts.append(v)
+    return parts
+
+
+def packed(sizes: List[int]) -> Tuple[List[int], int]:
+    """Offsets of parts of ``sizes`` bytes laid one after another at 64-byte boundaries, and the total."""
+    offsets = []
+    total = 0
+    for n in sizes:
+        offsets.append(total)
+        total += (n + _ALIGN - 1) // _ALIGN * _ALIGN
+    return offsets, total
+
+
 class Ring:
     """A worker's slots (one segment each) and the flags segment the main process frees them in."""
 
@@ -98,18 +122,8 @@ class Ring:
         can be had (the ring is full of batches the main process holds, or /dev/shm is full)."""
         import torch
 
-        parts: List[Any] = []
-        for v in batch.values():
-            if v.layout == torch.sparse_csr:
-                parts.extend((v.crow_indices(), v.col_indices(), v.values()))
-            else:
-                parts.append(v)
-        arrays = [p.numpy() for p in parts]
-        offsets = []
-        total = 0
-        for a in arrays:
-            offsets.append(total)
-            total += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        arrays = [p.numpy() for p in tensor_parts(batch)]
+        offsets, total = packed([a.nbytes for a in arrays])
         slot = self._slot(total)
         if slot is None:
             return batch

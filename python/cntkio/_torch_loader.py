@@ -53,6 +53,7 @@ def cuda_host_register(torch: Any) -> Optional[Tuple[int, int]]:
 
 
 def _make() -> Any:
+    from cntkio import _feed
     from cntkio.torch import _to_tensors, _torch
 
     torch = _torch()
@@ -149,106 +150,62 @@ def _make() -> Any:
 
         def __iter__(self) -> Iterator[Dict[str, Any]]:
             if self._grouped():
-                return self._groups_on_cuda(self.device)
+                return self._to_device(self.device, self._dense_groups())
             if self.device is not None and self.device.type == "cuda":
-                return self._on_cuda(self.device)
+                return self._to_device(self.device, self._minibatch_items())
             if self.pin_memory:
                 return ({k: pinned(v) for k, v in t.items()} for t in self._tensors())
             if self.device is not None:
                 return ({k: v.to(self.device) for k, v in t.items()} for t in self._tensors())
             return self._tensors()
 
-        def _on_cuda(self, device: Any) -> Iterator[Dict[str, Any]]:
-            """The batches copied to ``device`` on a side stream, ``device_prefetch`` ahead of the one yielded."""
-            stream = torch.cuda.Stream(device)
-            ahead: Deque[Tuple[Dict[str, Any], Any]] = collections.deque()
-            # Host batches whose copies may still run: kept (their buffers not reused) until their event is done.
-            copying: Deque[Tuple[Any, Dict[str, Any]]] = collections.deque()
-            source = self._tensors()
-            try:
-                while True:
-                    t = next(source, None)
-                    if t is not None:
-                        with torch.cuda.stream(stream):
-                            g = {k: v.to(device, non_blocking=True) for k, v in t.items()}
-                            event = torch.cuda.Event()
-                            event.record(stream)
-                        ahead.append((g, event))
-                        copying.append((event, t))
-                    while copying and (copying[0][0].query() or len(copying) > 2 * self.device_prefetch + 2):
-                        copying[0][0].synchronize()
-                        copying.popleft()
-                    if not ahead or (t is not None and len(ahead) <= self.device_prefetch):
-                        if t is None:
-                            return
-                        continue
-                    g, event = ahead.popleft()
-                    current = torch.cuda.current_stream(device)
-                    current.wait_event(event)
-                    for v in g.values():
-                        record(v, current)
-                    yield g
-            finally:
-                for event, _ in copying:
-                    event.synchronize()
-                source.close()
+        def _minibatch_items(self) -> Iterator[Tuple[Dict[str, Any], Any, Any]]:
+            """For :meth:`_to_device`: each minibatch's tensors, handed out (counted for :meth:`state_dict`)
+            when it is yielded, not when it is copied ahead."""
+            layout, sparse, with_keys = self.layout, self.sparse, self.with_keys
+            for raw in self._raw_batches():
+                for mb, position, n in _feed.minibatches_of(raw, self._infos):
 
-        def _groups_on_cuda(self, device: Any) -> Iterator[Dict[str, Any]]:
-            """The batches copied to ``device`` a group of consecutive minibatches at a time (one copy per
-            array), ``device_prefetch`` groups ahead; each minibatch is yielded as views of its group's
-            tensors, so that handing out a minibatch costs a few slices."""
-            stream = torch.cuda.Stream(device)
+                    def split(g: Dict[str, Any], position: str = position, n: int = n) -> Iterator[Dict[str, Any]]:
+                        self._handed_out(position, n)
+                        yield g
+
+                    yield _to_tensors(mb, layout, with_keys, sparse), None, split
+
+        def _dense_groups(self) -> Iterator[Tuple[Dict[str, Any], Any, Any]]:
+            """For :meth:`_to_device`: each batch of the feed (a group of consecutive minibatches, dense
+            streams) as its arrays, the lengths to take of the offsets once on the device, and the minibatches
+            as views of the group's device tensors."""
             names = [i.name for i in self._infos]
             shapes = [i.sample_shape for i in self._infos]
             sparse = [i.is_sparse for i in self._infos]
             dims = [i.dim for i in self._infos]
             with_keys = self.with_keys
-            ahead: Deque[Tuple[Dict[str, Any], Any, Any, Any]] = collections.deque()
-            copying: Deque[Tuple[Any, Any]] = collections.deque()
-            source = self._raw_batches()
-            try:
-                while True:
-                    raw = next(source, None)
-                    if raw is not None:
-                        keys, _, streams, parts, _ = raw
-                        # Every array here views the feed's page-locked buffers (but a densified sparse
-                        # stream): all copies are asynchronous. Lengths are taken on the device.
-                        host: Dict[str, Any] = {}
-                        offsets = []
-                        for name, shape, is_sparse, dim, (values, offs, indices, indptr) in zip(
-                            names, shapes, sparse, dims, streams
-                        ):
-                            offs = offs.view(np.int64)
-                            if is_sparse:
-                                values = StreamData(name, dim, True, values, offs, indices, indptr).todense()
-                            elif len(shape) != 1:
-                                values = values.reshape((values.shape[0],) + tuple(shape))
-                            host[name] = torch.from_numpy(values)
-                            host[f"{name}_offsets"] = torch.from_numpy(offs)
-                            offsets.append(offs)
-                        if with_keys:
-                            host["keys"] = torch.from_numpy(keys.view(np.int64))
-                        with torch.cuda.stream(stream):
-                            g = {k: v.to(device, non_blocking=True) for k, v in host.items()}
-                            for name in names:
-                                o = g.pop(f"{name}_offsets")
-                                g[f"{name}_lengths"] = o[1:] - o[:-1]
-                            event = torch.cuda.Event()
-                            event.record(stream)
-                        ahead.append((g, event, parts, offsets))
-                        copying.append((event, host))
-                    while copying and (copying[0][0].query() or len(copying) > 2 * self.device_prefetch + 2):
-                        copying[0][0].synchronize()
-                        copying.popleft()
-                    if not ahead or (raw is not None and len(ahead) <= self.device_prefetch):
-                        if raw is None:
-                            return
-                        continue
-                    g, event, parts, offsets = ahead.popleft()
-                    current = torch.cuda.current_stream(device)
-                    current.wait_event(event)
-                    for v in g.values():
-                        v.record_stream(current)
+            for keys, _, streams, parts, _ in self._raw_batches():
+                # Every array here views the feed's page-locked buffers (but a densified sparse stream): all
+                # copies are asynchronous. Lengths are taken on the device.
+                host: Dict[str, Any] = {}
+                offsets = []
+                for name, shape, is_sparse, dim, (values, offs, indices, indptr) in zip(
+                    names, shapes, sparse, dims, streams
+                ):
+                    offs = offs.view(np.int64)
+                    if is_sparse:
+                        values = StreamData(name, dim, True, values, offs, indices, indptr).todense()
+                    elif len(shape) != 1:
+                        values = values.reshape((values.shape[0],) + tuple(shape))
+                    host[name] = torch.from_numpy(values)
+                    host[("offsets", name)] = torch.from_numpy(offs)  # a key no stream name can take
+                    offsets.append(offs)
+                if with_keys:
+                    host["keys"] = torch.from_numpy(keys.view(np.int64))
+
+                def lengths(g: Dict[str, Any]) -> None:
+                    for name in names:
+                        o = g.pop(("offsets", name))
+                        g[f"{name}_lengths"] = o[1:] - o[:-1]
+
+                def split(g: Dict[str, Any], parts: Any = parts, offsets: Any = offsets) -> Iterator[Dict[str, Any]]:
                     first = 0
                     for n, _, _, position in parts:
                         end = first + n
@@ -261,10 +218,48 @@ def _make() -> Any:
                         self._handed_out(position, n)
                         yield out
                         first = end
+
+                yield host, lengths, split
+
+        def _to_device(self, device: Any, items: Iterator[Tuple[Dict[str, Any], Any, Any]]) -> Iterator[Dict[str, Any]]:
+            """Copies each item's host tensors to ``device`` on a side stream, ``device_prefetch`` items before
+            they are used; an item is ``(host tensors, then, split)``: ``then(g)`` runs on the side stream
+            after the copies (or None), ``split(g)`` gives the batches to yield of the copied dict ``g``. A
+            yielded batch is ready for work on the current stream (which waits for the copy's event); the host
+            tensors are kept, their buffers not reused, until their copy is done."""
+            stream = torch.cuda.Stream(device)
+            ahead: Deque[Tuple[Dict[str, Any], Any, Any]] = collections.deque()
+            copying: Deque[Tuple[Any, Dict[str, Any]]] = collections.deque()
+            try:
+                while True:
+                    item = next(items, None)
+                    if item is not None:
+                        host, then, split = item
+                        with torch.cuda.stream(stream):
+                            g = {k: v.to(device, non_blocking=True) for k, v in host.items()}
+                            if then is not None:
+                                then(g)
+                            event = torch.cuda.Event()
+                            event.record(stream)
+                        ahead.append((g, event, split))
+                        copying.append((event, host))
+                    while copying and (copying[0][0].query() or len(copying) > 2 * self.device_prefetch + 2):
+                        copying[0][0].synchronize()
+                        copying.popleft()
+                    if not ahead or (item is not None and len(ahead) <= self.device_prefetch):
+                        if item is None:
+                            return
+                        continue
+                    g, event, split = ahead.popleft()
+                    current = torch.cuda.current_stream(device)
+                    current.wait_event(event)
+                    for v in g.values():
+                        record(v, current)
+                    yield from split(g)
             finally:
                 for event, _ in copying:
                     event.synchronize()
-                source.close()
+                items.close()
 
     Loader.__module__ = "cntkio.torch"
     Loader.__qualname__ = "Loader"

@@ -636,17 +636,8 @@ def _in_one_shared_segment(batch: Dict[str, Any]) -> Dict[str, Any]:
     """The tensors of ``batch`` copied into one shared-memory segment (views of it, 64-byte aligned), so that
     sending the batch to another process maps one segment instead of one per tensor."""
     torch = _torch()
-    parts: List[Any] = []
-    for v in batch.values():
-        if v.layout == torch.sparse_csr:
-            parts.extend((v.crow_indices(), v.col_indices(), v.values()))
-        else:
-            parts.append(v)
-    offsets = []
-    total = 0
-    for t in parts:
-        offsets.append(total)
-        total += (t.numel() * t.element_size() + 63) // 64 * 64
+    parts = _shared.tensor_parts(batch)
+    offsets, total = _shared.packed([t.numel() * t.element_size() for t in parts])
     segment = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_()
     views = []
     for t, o in zip(parts, offsets):

@@ -414,3 +414,68 @@ def test_loader_resumes_truncated_bptt_rows(tmp_path):
     resumed = cntkio.Loader(**opts)
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
     assert [d["a"].tolist() for d in resumed] == full[5:]
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["dense-groups", "per-minibatch"])
+def test_device_pipeline_logic_on_the_cpu(tmp_path, monkeypatch, grouped):
+    """The copy-ahead pipeline of cntkio.torch.Loader(device="cuda"), run on the CPU with CUDA's streams and
+    events stood in for: the same batches as the CPU loader, in order, and a state taken mid-way (also in the
+    middle of a group) counts only the batches yielded."""
+    import contextlib
+
+    torch = pytest.importorskip("torch")
+    import cntkio.torch as ct
+
+    class Event:
+        def record(self, stream: Any) -> None:
+            pass
+
+        def query(self) -> bool:
+            return True
+
+        def synchronize(self) -> None:
+            pass
+
+    class Stream:
+        def wait_event(self, event: Any) -> None:
+            pass
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None, raising=False)
+
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(40), 400, 3)
+    sparse = "dense" if grouped else "csr"
+    opts = dict(paths=path, streams=defs(), batch_size=20, seed=3, chunkSizeInBytes=700, with_keys=True,
+                sparse=sparse, num_threads=2)
+    want = list(ct.Loader(**opts))
+
+    def piped(loader: Any) -> Any:
+        loader._grouped = lambda: grouped  # the group size the CUDA path asks of the feed
+        items = loader._dense_groups() if grouped else loader._minibatch_items()
+        return loader._to_device(torch.device("cpu"), items)
+
+    got = list(piped(ct.Loader(**opts)))
+    assert len(got) == len(want) > 10
+    for x, y in zip(got, want):
+        assert x.keys() == y.keys()
+        for k in x:
+            a, b = x[k], y[k]
+            if a.layout == torch.sparse_csr:
+                a, b = a.to_dense(), b.to_dense()
+            assert torch.equal(a, b), k
+    keys = [b["keys"].tolist() for b in want]
+    for k in (1, 3, 8, 11):
+        loader = ct.Loader(**opts)
+        it = piped(loader)
+        for _ in range(k):
+            next(it)
+        state = loader.state_dict()
+        it.close()
+        assert state["batches"] == k
+        resumed = ct.Loader(**opts)
+        resumed.load_state_dict(state)
+        assert [b["keys"].tolist() for b in resumed] == keys[k:]
