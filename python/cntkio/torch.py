@@ -50,6 +50,12 @@ uninterrupted run's). After an elastic resume ``batches`` counts the batches tak
 dataset's own count does). CNTK's chunk dealing cannot do this: without ``balanced_workers`` and ``shuffle`` a
 list of states of another world size is a :class:`cntkio.UsageError`.
 
+**Reading.** Each iteration's minibatches are planned and assembled by native threads into reused buffers
+(the cores shared among a DataLoader's workers); a worker sends each batch to the main process through shared
+memory of its own that is reused once the main process drops the batch. :class:`Loader` (``cntkio.torch.Loader``)
+yields the same batches in the main process, with no worker processes, and copies them to a GPU ahead of the
+step with ``device="cuda"``: the faster path for training.
+
 **Pickling** is by path and options (deserializer configurations), never open files, so the dataset works
 with ``spawn`` and ``forkserver`` workers.
 """
