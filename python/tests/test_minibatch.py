@@ -512,8 +512,9 @@ def test_frame_mode_and_truncation(tmp_path):
     assert MinibatchSource(four_rows(tmp_path), truncation_length=10).next_minibatch(10).bptt.columns == 10
     with pytest.raises(UsageError, match="truncationLength"):
         MinibatchSource(d, truncated=True)
-    with pytest.raises(UsageError, match="non-frame sequence"):
+    with pytest.raises(cntkio.FormatError, match="non-frame sequence") as e:
         MinibatchSource(d, frame_mode=True).next_minibatch(10)
+    assert e.value.code == "E0023" and e.value.kind == "NonFrameSequence"
     frames = MinibatchSource(four_rows(tmp_path), frame_mode=True, max_sweeps=1)
     assert frames.next_minibatch(10).num_sequences == 4
 

@@ -2395,6 +2395,31 @@ fn bench_runs_and_reports_throughput() {
     run(args!["bench", &bad, "--stream", "x:1:dense", "--repeat", "1"]).code(1).err_has("error[E0022]");
 }
 
+#[test]
+fn sequences_the_packer_refuses_are_invalid_input() {
+    // Found only when minibatches are packed, they are still the data's fault: exit 1, with their code.
+    let d = tmp();
+    let seq = write(d.path(), "seq.ctf", "0 |a 1\n1 |a 2\n1 |a 3\n");
+    let o = run(args!["batches", &seq, "--stream", "a:1:dense", "--frame-mode", "--mb-size", "1"]);
+    o.code(1).err_has("error[E0023]").err_has("non-frame sequence of size 2");
+    let o = run(args!["batches", &seq, "--stream", "a:1:dense", "--frame-mode", "--mb-size", "1", "--bench"]);
+    o.code(1).err_has("error[E0023]");
+    let uneven = write(d.path(), "u.ctf", "0 |a 1 |b 0:1\n0 |a 2\n");
+    let o = run(args![
+        "batches",
+        &uneven,
+        "--stream",
+        "a:1:dense",
+        "--stream",
+        "b:3:sparse",
+        "--mb-size",
+        "4",
+        "--truncation",
+        "2"
+    ]);
+    o.code(1).err_has("error[E0025]");
+}
+
 // ===================================================================================================
 // Bugs found (ignored until fixed)
 // ===================================================================================================

@@ -226,6 +226,42 @@ pub enum ErrorKind {
         last: Box<Error>,
     },
 
+    // ---- Minibatches: sequences the packer refuses (CNTK 2.7's messages) ---------------------
+    /// In frame mode, a delivered sequence has more than one sample in some stream.
+    #[error(
+        "Detected a non-frame sequence of size {samples} in frame mode (stream \"{stream}\" of sequence {sequence})."
+    )]
+    NonFrameSequence {
+        /// Key of the sequence.
+        sequence: u64,
+        /// The stream with several samples.
+        stream: String,
+        /// Its number of samples.
+        samples: u64,
+    },
+    /// A delivered sequence has no sample in some stream.
+    #[error(
+        "AddSequence: Sequences must be a least one frame long (stream \"{stream}\" of sequence {sequence} is empty)."
+    )]
+    EmptySequenceStream {
+        /// Key of the sequence.
+        sequence: u64,
+        /// The empty stream.
+        stream: String,
+    },
+    /// With truncated BPTT, a delivered sequence's streams have different numbers of samples.
+    #[error("For BPTT sequences between different input stream should have the same length (sequence {sequence}: stream \"{stream}\" has {samples} samples, the first stream {expected}).")]
+    UnequalStreamLengths {
+        /// Key of the sequence.
+        sequence: u64,
+        /// The stream whose length differs.
+        stream: String,
+        /// Its number of samples.
+        samples: u64,
+        /// The first stream's number of samples.
+        expected: u64,
+    },
+
     // ---- CBF ------------------------------------------------------------------------------
     /// A CBF file is malformed.
     #[error("invalid CBF file: {field} at byte {offset}: {problem}")]
@@ -329,6 +365,9 @@ impl ErrorKind {
             TooFewSamples { .. } => "E0020",
             EmptyStream { .. } => "E0021",
             MaxErrorsReached { .. } => "E0022",
+            NonFrameSequence { .. } => "E0023",
+            EmptySequenceStream { .. } => "E0024",
+            UnequalStreamLengths { .. } => "E0025",
             CbfFormat { .. } => "E0100",
             NoStreams => "E1001",
             InvalidStream { .. } => "E1002",
@@ -373,6 +412,15 @@ impl ErrorKind {
             SparseMissingColon { .. } => "sparse entries are written index:value with no spaces around ':'",
             MissingSequenceId { .. } => "a CTF file starts either with a sequence id (digits) or with '|'",
             EmptyDenseAtEnd { .. } | SparseAtEnd { .. } | NameAtEnd => "end the last line with a newline",
+            NonFrameSequence { .. } => {
+                "frame mode reads sequences of one sample each; turn frame mode off for sequence data"
+            }
+            EmptySequenceStream { .. } => {
+                "CNTK cannot pack a sequence with an empty stream; remove it, or drop the stream from the schema"
+            }
+            UnequalStreamLengths { .. } => {
+                "truncated BPTT needs every stream of a sequence to have as many samples as the others"
+            }
             _ => return None,
         })
     }

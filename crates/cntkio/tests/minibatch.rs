@@ -219,6 +219,11 @@ fn frame_mode_and_empty_streams() {
     assert_eq!(s.next_minibatch(1).unwrap().unwrap().data.keys, [0]);
     let e = s.next_minibatch(1).unwrap_err();
     assert!(e.to_string().contains("non-frame sequence of size 2"), "{e}");
+    // A data error (exit 1 in the CLI, FormatError in Python), with its fields.
+    assert_eq!((e.code(), e.category()), ("E0023", cntkio::Category::Format));
+    assert!(
+        matches!(e.kind(), cntkio::ErrorKind::NonFrameSequence { sequence: 1, stream, samples: 2 } if stream == "a")
+    );
     let p = write(dir.path(), "e.ctf", "0 |a 1 |b 0:1\n1 |a 2\n");
     let d = ctf(&p, &[("a", true, 1, false), ("b", false, 3, false)], 1 << 20);
     let mut s = MinibatchSource::new(d, cfg(false, Window::Chunks(128), 0, RunLength::Sweeps(1))).unwrap();
@@ -1070,6 +1075,11 @@ fn bptt_worked_example() {
         e.to_string().contains("For BPTT sequences between different input stream should have the same length"),
         "{e}"
     );
+    assert_eq!((e.code(), e.category()), ("E0025", cntkio::Category::Format));
+    assert!(matches!(
+        e.kind(),
+        cntkio::ErrorKind::UnequalStreamLengths { sequence: 0, stream, samples: 1, expected: 2 } if stream == "b"
+    ));
 }
 
 /// Random files and options: BPTT minibatches as READER.md §5.3 describes them, restores from every

@@ -11,7 +11,7 @@
 
 use super::chunk::ChunkView;
 use crate::randomize::Pick;
-use crate::{Error, Layout, StorageFormat, StreamData, StreamSpec, Values};
+use crate::{Error, ErrorKind, Layout, StorageFormat, StreamData, StreamSpec, Values};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -168,16 +168,20 @@ impl Packer {
         for (st, spec) in streams.iter().enumerate() {
             let n = view.sequence_len(st, i);
             if n != len {
-                return Err(Error::config(
-                    "For BPTT sequences between different input stream should have the same length.",
-                )
+                let (stream, samples, expected) = (spec.name.clone(), n, len);
+                return Err(Error::new(ErrorKind::UnequalStreamLengths {
+                    sequence: pick.key,
+                    stream,
+                    samples,
+                    expected,
+                })
                 .with_sequence(pick.key));
             }
             if n == 0 {
-                return Err(Error::config(format!(
-                    "AddSequence: Sequences must be a least one frame long (stream \"{}\" of sequence {} is empty).",
-                    spec.name, pick.key
-                ))
+                return Err(Error::new(ErrorKind::EmptySequenceStream {
+                    sequence: pick.key,
+                    stream: spec.name.clone(),
+                })
                 .with_sequence(pick.key));
             }
         }

@@ -80,7 +80,7 @@ pub use feed::{BatchPool, FedBatch, FedPart, Feed, FeedConfig, HostPin, Recycler
 use crate::randomize::{
     elastic_needs_balanced, BlockRandomizer, ElasticResume, EpochConfig, NoRandomizer, Pick, SequenceEnumerator, Window,
 };
-use crate::{ChunkData, Error, Layout, StreamData, StreamSpec, Values};
+use crate::{ChunkData, Error, ErrorKind, Layout, StreamData, StreamSpec, Values};
 use loader::Loader;
 use plan::Planner;
 use serde::{Deserialize, Serialize};
@@ -930,7 +930,8 @@ impl MinibatchSource {
                 for st in 0..self.source.streams().len() {
                     let n = v.sequence_len(st, p.index as usize);
                     if n > 1 {
-                        return Err(Error::config(format!("Detected a non-frame sequence of size {n} in frame mode."))
+                        let stream = self.source.streams()[st].name.clone();
+                        return Err(Error::new(ErrorKind::NonFrameSequence { sequence: p.key, stream, samples: n })
                             .with_sequence(p.key));
                     }
                 }
@@ -941,12 +942,10 @@ impl MinibatchSource {
                 let v = view(i);
                 if let Some(st) = (0..self.source.streams().len()).find(|&st| v.sequence_len(st, p.index as usize) == 0)
                 {
-                    return Err(Error::config(format!(
-                        "AddSequence: Sequences must be a least one frame long (stream \"{}\" of sequence {} is empty).",
-                        self.source.streams()[st].name,
-                        p.key
-                    ))
-                    .with_sequence(p.key));
+                    let stream = self.source.streams()[st].name.clone();
+                    return Err(
+                        Error::new(ErrorKind::EmptySequenceStream { sequence: p.key, stream }).with_sequence(p.key)
+                    );
                 }
             }
         }
