@@ -19,6 +19,33 @@ pub enum Access {
     Auto,
 }
 
+/// What identifies a file's content beyond its length and modification time, as the system records it at
+/// open: its change time (which a user cannot set back: writing the file or setting its times updates it),
+/// inode and device. Zero where the system has none of these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FileIdentity {
+    /// Change time, seconds since the epoch.
+    pub ctime_secs: i64,
+    /// Change time, nanoseconds.
+    pub ctime_nanos: i64,
+    /// Inode number.
+    pub inode: u64,
+    /// Device number.
+    pub device: u64,
+}
+
+impl FileIdentity {
+    #[cfg(unix)]
+    fn of(meta: &std::fs::Metadata) -> FileIdentity {
+        use std::os::unix::fs::MetadataExt;
+        FileIdentity { ctime_secs: meta.ctime(), ctime_nanos: meta.ctime_nsec(), inode: meta.ino(), device: meta.dev() }
+    }
+    #[cfg(not(unix))]
+    fn of(_: &std::fs::Metadata) -> FileIdentity {
+        FileIdentity::default()
+    }
+}
+
 /// An open input file.
 #[derive(Debug)]
 pub struct InputFile {
@@ -26,6 +53,7 @@ pub struct InputFile {
     file: File,
     len: u64,
     modified: Option<SystemTime>,
+    identity: FileIdentity,
     map: Option<memmap2::Mmap>,
 }
 
@@ -55,7 +83,8 @@ impl InputFile {
             },
             Access::Read | Access::Mmap | Access::Auto => None,
         };
-        Ok(InputFile { path: path.to_path_buf(), file, len, modified: meta.modified().ok(), map })
+        let identity = FileIdentity::of(&meta);
+        Ok(InputFile { path: path.to_path_buf(), file, len, modified: meta.modified().ok(), identity, map })
     }
 
     /// The path, as given.
@@ -73,6 +102,10 @@ impl InputFile {
     /// Modification time at open time.
     pub fn modified(&self) -> Option<SystemTime> {
         self.modified
+    }
+    /// Change time, inode and device at open time.
+    pub fn identity(&self) -> FileIdentity {
+        self.identity
     }
     /// True if the file is memory-mapped.
     pub fn is_mapped(&self) -> bool {

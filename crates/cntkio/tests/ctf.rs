@@ -24,6 +24,34 @@ fn keys(r: &CtfReader) -> Vec<u64> {
 }
 
 #[test]
+fn index_cache_is_not_used_for_a_file_rewritten_with_its_size_and_mtime_restored() {
+    // A sequence id changed in the middle of a 20,000-row file, between the places the content sample reads,
+    // with the length kept and the modification time set back (as `cp -p`, `rsync -t` or some editors do):
+    // the change time tells the file apart.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("data.ctf");
+    write_data(&p, 10_000);
+    let opts = CtfOptions { cache_index: true, ..CtfOptions::default() };
+    let before = keys(&CtfReader::open(&p, &schema(), &opts).unwrap());
+    assert!(cache_path(&p, &index_config(&schema(), &opts)).exists());
+    let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+    let text = std::fs::read_to_string(&p).unwrap();
+    let at = text.find("\n5123 |a").unwrap() + 1;
+    let end = text[at..].find("\n5124 |a").unwrap() + at;
+    // Sequence 5123's two rows become sequences 5123 and 5129 (same digits, same length).
+    let second = text[at..end].find("\n5123 |a").unwrap() + at + 1;
+    let changed = format!("{}5129{}", &text[..second], &text[second + 4..]);
+    assert_eq!(changed.len(), text.len());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&p, changed).unwrap();
+    std::fs::File::options().write(true).open(&p).unwrap().set_modified(mtime).unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().len() as usize, text.len());
+    let after = keys(&CtfReader::open(&p, &schema(), &opts).unwrap());
+    assert_eq!(after.len(), before.len() + 1, "the rewritten file's index, not the stale cache");
+    assert!(after.windows(3).any(|w| w == [5123, 5129, 5124]));
+}
+
+#[test]
 fn index_cache_is_written_reused_and_rebuilt_when_stale_or_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("data.ctf");

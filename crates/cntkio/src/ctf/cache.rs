@@ -1,9 +1,11 @@
 //! The index cache (`cacheIndex`): cntkio's own file beside the input.
 //!
-//! **Format, version 1** (little-endian). Name: `<input>.cntkio-<hash>.idx`, `<hash>` = 8 hex digits of a
+//! **Format, version 2** (little-endian). Name: `<input>.cntkio-<hash>.idx`, `<hash>` = 8 hex digits of a
 //! CRC-32 of the options that shape the index (mode selection, main-stream alias). Content: magic
-//! `CNTKIOIX`, `u32` version = 1, `u64` input length, `i64` mtime seconds, `u32` mtime nanoseconds,
-//! `u32` CRC-32 of a content sample of the input (its first and last 64 KiB and 64 bytes at 62 evenly
+//! `CNTKIOIX`, `u32` version = 2, `u64` input length, `i64` mtime seconds, `u32` mtime nanoseconds,
+//! `i64` ctime seconds, `i64` ctime nanoseconds, `u64` inode, `u64` device (the change time cannot be set
+//! back, so a file rewritten with its length and modification time restored is still told apart; zeros where
+//! the system has none), `u32` CRC-32 of a content sample of the input (its first and last 64 KiB and 64 bytes at 62 evenly
 //! spaced offsets), `u8` skipSequenceIds, `u8` mode (0 ids, 1 lines), `u32` alias length + alias bytes,
 //! `u64` sequence count, then one 32-byte record per sequence (`u64` key, `u64` offset, `u32` length,
 //! `u32` declared samples, `u64` 0-based line), then a `u32` CRC-32 of everything before it. The cache is
@@ -22,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 const MAGIC: &[u8; 8] = b"CNTKIOIX";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const RECORD: usize = 32;
 
 /// The cache file used for `input` with these options.
@@ -64,6 +66,11 @@ fn header(file: &InputFile, cfg: &IndexConfig, mode: IndexMode, count: u64) -> R
     };
     v.extend_from_slice(&secs.to_le_bytes());
     v.extend_from_slice(&nanos.to_le_bytes());
+    let id = file.identity();
+    v.extend_from_slice(&id.ctime_secs.to_le_bytes());
+    v.extend_from_slice(&id.ctime_nanos.to_le_bytes());
+    v.extend_from_slice(&id.inode.to_le_bytes());
+    v.extend_from_slice(&id.device.to_le_bytes());
     v.extend_from_slice(&content_sample(file)?.to_le_bytes());
     v.push(u8::from(cfg.skip_sequence_ids));
     v.push(match mode {
