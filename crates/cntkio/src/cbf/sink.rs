@@ -371,9 +371,30 @@ fn write_all_at(f: &File, buf: &[u8], at: u64) -> io::Result<()> {
     std::os::unix::fs::FileExt::write_all_at(f, buf, at)
 }
 
-#[cfg(not(unix))]
+#[cfg(windows)]
+fn write_all_at(f: &File, mut buf: &[u8], mut at: u64) -> io::Result<()> {
+    // `seek_write` passes the offset with the write itself, so the I/O threads' writes through cloned handles
+    // (which share one cursor) land where each asked, whatever the cursor.
+    while !buf.is_empty() {
+        match std::os::windows::fs::FileExt::seek_write(f, buf, at) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                buf = &buf[n..];
+                at += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(any(unix, windows)))]
 fn write_all_at(f: &File, buf: &[u8], at: u64) -> io::Result<()> {
     use std::io::{Seek, SeekFrom, Write};
+    // Cloned handles share one cursor: no other thread's seek may come between this seek and its write.
+    static CURSOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = CURSOR.lock().unwrap_or_else(|e| e.into_inner());
     let mut f = f;
     f.seek(SeekFrom::Start(at))?;
     f.write_all(buf)
