@@ -304,7 +304,12 @@ impl ReadArgs {
                 cntkio::convert::Format::Cbf => jobs.push(Job::Cbf(f.clone())),
                 cntkio::convert::Format::Ctf => {
                     if ctf.is_none() {
-                        ctf = Some(self.schema_and_options()?);
+                        ctf = Some(self.schema_and_options().map_err(|e| match e.kind() {
+                            // No schema, and no CBF magic: if the file is not CTF text either, say so (the
+                            // input's fault), rather than ask for a schema.
+                            cntkio::ErrorKind::NoStreams => cntkio::ctf::check_start(f).err().unwrap_or(e),
+                            _ => e,
+                        })?);
                     }
                     let (schema, options) = ctf.clone().expect("set above");
                     jobs.push(Job::Ctf(Input { path: f.clone(), schema, options }));

@@ -2396,6 +2396,20 @@ fn bench_runs_and_reports_throughput() {
 }
 
 #[test]
+fn a_file_neither_cbf_nor_ctf_without_a_schema_is_invalid_input() {
+    // No CBF magic and not CTF text either: the input's fault (exit 1), located, rather than a request for a
+    // schema (exit 2), which a CTF file without one still gets.
+    let d = tmp();
+    let junk = write(d.path(), "junk.bin", b"\x00\x01\x02garbage\xff\xfe");
+    for cmd in ["validate", "dump"] {
+        let o = run(args![cmd, &junk]);
+        o.code(1).err_has("junk.bin:1:1: error[E0003]").err_has("found byte 0x00").err_has("a CBF file starts with");
+    }
+    let ctf = write(d.path(), "ok.ctf", "|a 1 2\n");
+    run(args!["validate", &ctf]).code(2).err_has("error[E1001]");
+}
+
+#[test]
 fn sequences_the_packer_refuses_are_invalid_input() {
     // Found only when minibatches are packed, they are still the data's fault: exit 1, with their code.
     let d = tmp();

@@ -410,7 +410,9 @@ impl ErrorKind {
             InvalidNumber { .. } => "numbers are written like 1, -0.5, 2.5e-3 (no leading '.', no 'nan' or 'inf', no ',' as decimal separator)",
             SparseIndexOutOfRange { .. } => "sparse indices are 0-based and must be smaller than the stream's dim",
             SparseMissingColon { .. } => "sparse entries are written index:value with no spaces around ':'",
-            MissingSequenceId { .. } => "a CTF file starts either with a sequence id (digits) or with '|'",
+            MissingSequenceId { .. } => {
+                "a CTF file starts either with a sequence id (digits) or with '|' ; a CBF file starts with CBF's magic number"
+            }
             EmptyDenseAtEnd { .. } | SparseAtEnd { .. } | NameAtEnd => "end the last line with a newline",
             NonFrameSequence { .. } => {
                 "frame mode reads sequences of one sample each; turn frame mode off for sequence data"

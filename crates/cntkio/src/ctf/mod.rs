@@ -191,6 +191,17 @@ pub(crate) fn apply_budget(used: &mut u64, max_errors: u64, p: &ParsedChunk) -> 
     Ok(())
 }
 
+/// Checks that `path` starts as CTF text does (CTF.md §2.1: after a UTF-8 BOM and whitespace, a sequence id
+/// or `|`), without a schema: what a command reports about a file that has no CBF magic when it cannot read
+/// it as CTF either.
+///
+/// Errors: the file cannot be read; it starts with a UTF-16 BOM, or with something else than an id or `|`
+/// (`MissingSequenceId`, located at that byte); it is empty.
+pub fn check_start(path: &Path) -> Result<(), Error> {
+    let file = InputFile::open(path, Access::Read)?;
+    index::find_start(&file, false).map(|_| ()).map_err(|e| locate_index_error(e, &file))
+}
+
 /// Index-level errors carry a byte offset; give them the file's path, a line and a column too.
 pub fn locate_index_error(mut e: Error, file: &InputFile) -> Error {
     let path = file.path().display().to_string();
