@@ -411,7 +411,7 @@ impl ErrorKind {
             SparseIndexOutOfRange { .. } => "sparse indices are 0-based and must be smaller than the stream's dim",
             SparseMissingColon { .. } => "sparse entries are written index:value with no spaces around ':'",
             MissingSequenceId { .. } => {
-                "a CTF file starts either with a sequence id (digits) or with '|' ; a CBF file starts with CBF's magic number"
+                "a CTF file starts either with a sequence id (digits) or with '|'; a CBF file starts with CBF's magic number"
             }
             EmptyDenseAtEnd { .. } | SparseAtEnd { .. } | NameAtEnd => "end the last line with a newline",
             NonFrameSequence { .. } => {
