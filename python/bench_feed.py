@@ -10,6 +10,7 @@ Rows (each the best of ``--repeat`` epochs, the paths taking turns so that the m
 
 * ``native``: ``cntkio batches --bench`` (native assembly, no Python), the ceiling of the others;
 * ``numpy Loader``: :class:`cntkio.Loader`, touching each batch's arrays;
+* ``MinibatchSource.next_minibatch``: CNTK's API, one call per minibatch;
 * ``torch Loader`` (with ``pin_memory`` where CUDA is present): :class:`cntkio.torch.Loader`;
 * ``DataLoader(IterableDataset), W workers``: ``torch.utils.data.DataLoader`` over
   :class:`cntkio.torch.IterableDataset` with 0 and ``--workers`` (default 2) worker processes;
@@ -100,6 +101,21 @@ def main() -> None:
 
     paths: Dict[str, Callable[[], float]] = {"native (cntkio batches --bench)": native}
     paths["numpy Loader"] = epoch(lambda: cntkio.Loader(**opts, num_threads=threads))
+
+    def cntk_api() -> float:
+        """CNTK's own API: ``MinibatchSource.next_minibatch`` in a loop, one sweep."""
+        from cntkio.torch import _open_paths
+
+        src = cntkio.MinibatchSource(_open_paths(args.path, streams, {}), randomization_seed=args.seed, max_sweeps=1)
+        t = time.perf_counter()
+        n = 0
+        while True:
+            mb = src.next_minibatch(args.batch_size)
+            if not mb:
+                return n / (time.perf_counter() - t)
+            n += mb.num_samples
+
+    paths["MinibatchSource.next_minibatch (CNTK's API)"] = cntk_api
     torch: Optional[Any] = None
     try:
         import torch as _torch  # noqa: F401

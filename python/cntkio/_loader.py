@@ -214,9 +214,10 @@ class Loader(_iterable_base()):  # type: ignore[misc]
             prefetch=self.prefetch,
         )
 
+    _PICKLED_STATE = _iterable_base()._PICKLED_STATE + ("_exact", "_position")
+
     def __reduce__(self) -> Any:
-        state = {k: self.__dict__[k] for k in ("epoch", "_resume", "_yielded", "_delivered", "_elastic", "_exact",
-                                                "_position")}
+        state = {k: self.__dict__[k] for k in self._PICKLED_STATE}
         return (_rebuild_loader, (type(self).__module__, self._loader_config(), state))
 
     def __repr__(self) -> str:

@@ -124,6 +124,15 @@ def _make() -> Any:
                 raise UsageError(f"device_prefetch must be a positive integer, found {device_prefetch!r}")
             self.device_prefetch = device_prefetch
 
+        def _loader_config(self) -> Dict[str, Any]:
+            device = None if self.device is None else str(self.device)
+            return dict(
+                super()._loader_config(),
+                pin_memory=self.pin_memory,
+                device=device,
+                device_prefetch=self.device_prefetch,
+            )
+
         def _pool_options(self) -> Dict[str, Any]:
             if not self.pin_memory:
                 return {}

@@ -553,9 +553,12 @@ class MinibatchIterable:
             **self._options,
         )
 
+    # The position kept across pickling (the rest is rebuilt from the configuration).
+    _PICKLED_STATE: Tuple[str, ...] = ("epoch", "_resume", "_yielded", "_delivered", "_elastic")
+
     def __reduce__(self) -> Any:
         extra = dict(self.__dict__)
-        state = {k: extra[k] for k in ("epoch", "_resume", "_yielded", "_delivered", "_elastic")}
+        state = {k: extra[k] for k in self._PICKLED_STATE}
         for k in ("layout", "with_keys", "sparse"):
             if k in extra:
                 state[k] = extra[k]

@@ -94,6 +94,21 @@ def normalized(cli: Dict[str, Any]) -> Dict[str, Any]:
     return {"sweep_end": cli["sweep_end"], "streams": streams}
 
 
+def assert_same_batches(got: List[Dict[str, Any]], want: List[Dict[str, Any]]) -> None:
+    """The same number of tensor dicts, with the same keys and equal tensors (sparse ones compared dense, device
+    ones on the CPU)."""
+    import torch
+
+    assert len(got) == len(want)
+    for x, y in zip(got, want):
+        assert x.keys() == y.keys()
+        for k in x:
+            a, b = x[k].cpu(), y[k].cpu()
+            if a.layout == torch.sparse_csr:
+                a, b = a.to_dense(), b.to_dense()
+            assert torch.equal(a, b), k
+
+
 CASES = [
     # seed, sequences, max_len, batch (per rank), window_chunks, chunk_size, world_size, rank, threads, prefetch
     (1, 300, 4, 16, 4, 600, 1, 0, 1, 1),
@@ -275,22 +290,14 @@ def test_torch_loader_matches_iterable_dataset(tmp_path):
         ds = ct.IterableDataset(**opts, layout=layout, sparse=sparse)
         want = list(ds)
         loader = ct.Loader(**opts, layout=layout, sparse=sparse, num_threads=2)
-        got = list(loader)
-        assert len(got) == len(want)
-        for x, y in zip(got, want):
-            assert x.keys() == y.keys()
-            for k in x:
-                a, b = x[k], y[k]
-                if a.layout == torch.sparse_csr:
-                    a, b = a.to_dense(), b.to_dense()
-                assert torch.equal(a, b), k
-    # Through the copying thread (device="cpu"): the same batches.
+        assert_same_batches(list(loader), want)
+    # Pickled with its device and copy options.
+    copy = pickle.loads(pickle.dumps(ct.Loader(**opts, device="cpu", device_prefetch=3)))
+    assert (str(copy.device), copy.device_prefetch, copy.pin_memory) == ("cpu", 3, False)
+    # Moved to the device (here the CPU): the same batches.
     moved = list(ct.Loader(**opts, sparse="dense", device="cpu", num_threads=2))
     plain = list(ct.Loader(**opts, sparse="dense", num_threads=2))
-    assert len(moved) == len(plain)
-    for x, y in zip(moved, plain):
-        for k in x:
-            assert torch.equal(x[k], y[k])
+    assert_same_batches(moved, plain)
     if not torch.cuda.is_available():
         with pytest.warns(UserWarning, match="not pinned"):
             ct.Loader(**opts, pin_memory=True)
@@ -322,25 +329,13 @@ def test_torch_loader_pins_and_moves_to_cuda(tmp_path):
         raw = list(ct.Loader(**opts, num_threads=2, pin_memory=True, sparse="dense")._tensors())
         assert all(b["a"].is_pinned() for b in raw)
     # Batches kept while the loader goes on (their buffers page-locked where they are) stay intact.
-    assert len(pinned) == len(plain)
-    for x, y in zip(pinned, plain):
-        for k in x:
-            a, b = x[k], y[k]
-            if a.layout == torch.sparse_csr:
-                a, b = a.to_dense(), b.to_dense()
-            assert torch.equal(a, b), k
+    assert_same_batches(pinned, plain)
     for layout, sparse in [("flat", "csr"), ("padded", "dense"), ("flat", "dense")]:
         cpu = list(ct.Loader(**opts, layout=layout, sparse=sparse, num_threads=2))
         gpu = list(ct.Loader(**opts, layout=layout, sparse=sparse, num_threads=2, device="cuda"))
-        assert len(cpu) == len(gpu) == len(plain)
-        for x, y in zip(cpu, gpu):
-            assert x.keys() == y.keys()
-            for k in x:
-                assert y[k].device.type == "cuda"
-                a, b = x[k], y[k].cpu()
-                if a.layout == torch.sparse_csr:
-                    a, b = a.to_dense(), b.to_dense()
-                assert torch.equal(a, b), k
+        assert len(cpu) == len(plain)
+        assert all(v.device.type == "cuda" for b in gpu for v in b.values())
+        assert_same_batches(gpu, cpu)
     # Batches used on the current stream while later ones are copied on the side stream stay intact.
     total = torch.zeros((), device="cuda")
     for b in ct.Loader(**opts, sparse="dense", num_threads=2, device="cuda"):
@@ -458,15 +453,8 @@ def test_device_pipeline_logic_on_the_cpu(tmp_path, monkeypatch, grouped):
         items = loader._dense_groups() if grouped else loader._minibatch_items()
         return loader._to_device(torch.device("cpu"), items)
 
-    got = list(piped(ct.Loader(**opts)))
-    assert len(got) == len(want) > 10
-    for x, y in zip(got, want):
-        assert x.keys() == y.keys()
-        for k in x:
-            a, b = x[k], y[k]
-            if a.layout == torch.sparse_csr:
-                a, b = a.to_dense(), b.to_dense()
-            assert torch.equal(a, b), k
+    assert len(want) > 10
+    assert_same_batches(list(piped(ct.Loader(**opts))), want)
     keys = [b["keys"].tolist() for b in want]
     for k in (1, 3, 8, 11):
         loader = ct.Loader(**opts)

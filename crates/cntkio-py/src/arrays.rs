@@ -43,6 +43,15 @@ fn offsets_i64<'py>(py: Python<'py>, v: &[u64]) -> Bound<'py, PyAny> {
     v.iter().map(|&x| x as i64).collect::<Vec<i64>>().into_pyarray(py).into_any()
 }
 
+/// A sparse stream's per-sample offsets as a CSR `indptr`: i32 when its `entries` fit, else i64.
+pub fn indptr_to_py<'py>(py: Python<'py>, sample_offsets: &[u64], entries: usize) -> Bound<'py, PyAny> {
+    if entries <= i32::MAX as usize {
+        sample_offsets.iter().map(|&x| x as i32).collect::<Vec<i32>>().into_pyarray(py).into_any()
+    } else {
+        offsets_i64(py, sample_offsets)
+    }
+}
+
 /// A chunk as `(keys u64[S], num_samples u32[S], [(values, sequence_offsets i64[S+1], indices, indptr)…])`:
 /// dense values shaped `(samples, dim)`; sparse values, `indices` (i32) and `indptr` (per sample; i32 when
 /// the entries fit, else i64) ready for `scipy.sparse.csr_matrix`; `indices`/`indptr` are None for dense.
@@ -65,11 +74,7 @@ pub fn chunk_to_py(py: Python<'_>, data: ChunkData) -> PyResult<Bound<'_, PyTupl
                     Values::F32(v) => v.into_pyarray(py).into_any(),
                     Values::F64(v) => v.into_pyarray(py).into_any(),
                 };
-                let indptr = if indices.len() <= i32::MAX as usize {
-                    sample_offsets.iter().map(|&x| x as i32).collect::<Vec<i32>>().into_pyarray(py).into_any()
-                } else {
-                    offsets_i64(py, &sample_offsets)
-                };
+                let indptr = indptr_to_py(py, &sample_offsets, indices.len());
                 (values, indices.into_pyarray(py).into_any(), indptr)
             }
         };

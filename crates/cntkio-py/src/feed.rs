@@ -9,12 +9,13 @@
 //! overwritten.
 #![allow(unsafe_code)]
 
+use crate::arrays::indptr_to_py;
 use crate::errors::py_err;
 use crate::source::{bptt_to_py, Source};
 use cntkio::source::{Batch, BatchPool as NativePool, Feed as NativeFeed, FeedConfig, HostPin, Recycler, SourceState};
 use cntkio::{Error, Layout, Values};
 use numpy::ndarray::{ArrayView1, ArrayView2};
-use numpy::{IntoPyArray, PyArray1, PyArray2};
+use numpy::{PyArray1, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use std::ffi::{c_int, c_uint, c_void};
@@ -64,10 +65,6 @@ fn view<'py, T: numpy::Element>(
     })
 }
 
-fn offsets_i64<'py>(py: Python<'py>, v: &[u64]) -> Bound<'py, PyAny> {
-    v.iter().map(|&x| x as i64).collect::<Vec<i64>>().into_pyarray(py).into_any()
-}
-
 /// `(keys u64[S], num_samples u32[S], [(values, sequence_offsets u64[S+1], indices, indptr)…])` of a
 /// batch, as `arrays::chunk_to_py` makes them (but for the offsets' type), with the keys, lengths, values,
 /// sequence offsets and sparse indices as views of the batch's memory.
@@ -90,11 +87,7 @@ fn batch_to_py<'py>(py: Python<'py>, owner: &Bound<'py, BatchMemory>) -> PyResul
                     Values::F32(v) => view(v, &[v.len()], owner)?,
                     Values::F64(v) => view(v, &[v.len()], owner)?,
                 };
-                let indptr = if indices.len() <= i32::MAX as usize {
-                    sample_offsets.iter().map(|&x| x as i32).collect::<Vec<i32>>().into_pyarray(py).into_any()
-                } else {
-                    offsets_i64(py, sample_offsets)
-                };
+                let indptr = indptr_to_py(py, sample_offsets, indices.len());
                 (values, view(indices, &[indices.len()], owner)?, indptr)
             }
         };

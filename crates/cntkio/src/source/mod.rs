@@ -355,15 +355,6 @@ impl PlannedBatch {
         matches!(self.0, Planned::Ready(..))
     }
 
-    /// Number of sequences of the minibatch.
-    pub fn num_sequences(&self) -> usize {
-        match &self.0 {
-            Planned::Empty { .. } => 0,
-            Planned::Copy(p) => p.picks.len(),
-            Planned::Ready(b, _) => b.num_sequences(),
-        }
-    }
-
     /// The sizes of the minibatch's vectors once assembled: per stream the values (entries: samples × dim
     /// when dense, non-zeros when sparse) and samples, and the number of sequences.
     pub(crate) fn sizes(&self) -> BatchSizes {
@@ -732,10 +723,7 @@ impl MinibatchSource {
             self.check_size(size)?;
             return self.next_bptt(size, batch);
         }
-        match self.plan_next(size)? {
-            Some(p) => Ok(PlannedBatch(p).assemble_into(&self.out_streams, batch)),
-            None => unreachable!("plans are made without truncated BPTT"),
-        }
+        Ok(PlannedBatch(self.plan_next(size)?).assemble_into(&self.out_streams, batch))
     }
 
     /// The next minibatch of about `size` samples, its sequences chosen and their chunks loaded but not yet
@@ -750,7 +738,7 @@ impl MinibatchSource {
             let more = self.next_bptt(size, &mut batch)?;
             return Ok(PlannedBatch(Planned::Ready(Box::new(batch), more)));
         }
-        Ok(PlannedBatch(self.plan_next(size)?.expect("plans are made without truncated BPTT")))
+        Ok(PlannedBatch(self.plan_next(size)?))
     }
 
     /// Errors for a minibatch size no minibatch can have.
@@ -768,12 +756,9 @@ impl MinibatchSource {
         Ok(())
     }
 
-    /// Plans the next minibatch (not with truncated BPTT): `None` only with truncated BPTT.
-    fn plan_next(&mut self, size: u64) -> Result<Option<Planned>, Error> {
+    /// Plans the next minibatch (without truncated BPTT, which its callers take elsewhere).
+    fn plan_next(&mut self, size: u64) -> Result<Planned, Error> {
         self.check_size(size)?;
-        if self.config.truncation_length > 0 {
-            return Ok(None);
-        }
         let workers = u64::from(self.config.workers);
         let mut local = size / workers + u64::from(u64::from(self.config.rank) < size % workers);
         if local == 0 {
@@ -796,7 +781,7 @@ impl MinibatchSource {
             // sweep's window first. (With CNTK's restore quirk it is asked, as in CNTK: where a later restore
             // lands depends on the sweep it has prepared.)
             let end_of_sweep = pos >= self.sweep_size && pos.is_multiple_of(self.sweep_size);
-            return Ok(Some(Planned::Empty { end_of_sweep, end_of_run: true }));
+            return Ok(Planned::Empty { end_of_sweep, end_of_run: true });
         }
         let plan_ahead = self.started
             && self.ahead.is_none()
@@ -835,7 +820,7 @@ impl MinibatchSource {
             None => self.enumerator.get_next(u64::MAX, local)?,
         };
         if mb.picks.is_empty() {
-            return Ok(Some(Planned::Empty { end_of_sweep: mb.end_of_sweep, end_of_run: mb.end_of_epoch }));
+            return Ok(Planned::Empty { end_of_sweep: mb.end_of_sweep, end_of_run: mb.end_of_epoch });
         }
         let r = self.locate(mb.picks);
         self.held.clear();
@@ -844,7 +829,7 @@ impl MinibatchSource {
         plan.end_of_run = mb.end_of_epoch;
         self.minibatches += 1;
         self.prefetch();
-        Ok(Some(Planned::Copy(plan)))
+        Ok(Planned::Copy(plan))
     }
 
     /// A truncated-BPTT minibatch (module `bptt`).
