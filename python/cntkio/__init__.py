@@ -771,6 +771,11 @@ class ValidationReport(NamedTuple):
     max_errors: int
     errors: List[ValidationError]
     warnings: List[ValidationError]
+    notes: List[str]
+    """What the problems mean, a line each, causes first: an input of the schema that never appears in the
+    file (with the names the file has, and the closest), then each class of warnings counted ("3 sample(s)
+    of stream "features" had fewer than 3 values … and were zero-filled"). Also logged, once each, as
+    warnings of the ``cntkio`` logger."""
 
 
 def validate(
@@ -811,6 +816,8 @@ def validate(
     elif isinstance(config_from, CBFDeserializer):
         config = config_from._config()
     r = _native.validate(src, config, warnings, int(limit), threads)
+    for note in r["notes"]:
+        _logging.getLogger("cntkio").warning("%s: %s", r["path"], note)
     fields = {k: r[k] for k in ValidationReport._fields if k not in ("errors", "warnings")}
     return ValidationReport(
         errors=[_validation_error(e) for e in r["errors"]],

@@ -93,9 +93,39 @@ def test_validate_cbf(real, tmp_path):
     assert r.errors[0].code == "E0100" and r.errors[0].path == str(broken)
 
 
-def test_validate_needs_streams_for_ctf(examples):
-    with pytest.raises(cntkio.UsageError):
-        cntkio.validate(examples / "logreg.ctf")
+def test_validate_ctf_without_streams_uses_the_schema_its_rows_suggest(examples, tmp_path):
+    r = cntkio.validate(examples / "logreg.ctf")
+    assert r.valid and r.sequences == 300 and r.errors == []
+    bad = tmp_path / "bad.ctf"
+    bad.write_bytes(b"|a 1 2\n|a 1 x\n")
+    r = cntkio.validate(bad)
+    assert not r.valid and [(e.code, e.line) for e in r.errors][:1] == [("E0008", 2)]
+
+
+def test_validate_explains_schema_mistakes_and_logs_them_once(tmp_path, caplog):
+    p = tmp_path / "s.ctf"
+    p.write_bytes(b"|features 1 2 |labels 0 1\n|features 3 4 |labels 1 0\n")
+    misspelled = StreamDefs(featurs=StreamDef(shape=2), labels=StreamDef(shape=2))
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        r = cntkio.validate(p, misspelled)
+    assert not r.valid
+    assert r.verdict.startswith("invalid: input |featurs of the schema never appears in the file (did you mean |features?)")
+    assert r.notes[0] == (
+        'input |featurs of the schema (stream "featurs") never appears in the file; its rows have |features '
+        "(2 samples), which the schema lacks: did you mean |features?"
+    )
+    logged = [rec.getMessage() for rec in caplog.records if rec.name == "cntkio"]
+    assert sum("did you mean |features?" in m for m in logged) == 1
+    # a dim larger than the data: valid, and the zero-filling is said, not silent
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        r = cntkio.validate(p, StreamDefs(features=StreamDef(shape=3), labels=StreamDef(shape=2)))
+    assert r.valid and r.num_warnings == 2 and r.warnings == []
+    assert r.notes == [
+        'W0001: 2 sample(s) of stream "features" had fewer than 3 values (the first: 2) and were zero-filled, as '
+        "CNTK does; check the stream's dim"
+    ]
+    assert any("zero-filled" in rec.getMessage() for rec in caplog.records)
 
 
 # ---- exceptions ---------------------------------------------------------------------------------------

@@ -319,6 +319,24 @@ impl ReadArgs {
         Ok(jobs)
     }
 
+    /// The jobs of files given without any schema: a CTF file gets the schema its rows suggest
+    /// ([`cntkio::ctf::infer_schema`]), for `validate`, which then checks the file's syntax.
+    pub fn inferred_jobs(&self, files: &[PathBuf]) -> Result<Vec<Job>, Error> {
+        let options = self.options();
+        let mut jobs = Vec::new();
+        for f in files {
+            jobs.push(match cntkio::convert::detect_format(f)? {
+                cntkio::convert::Format::Cbf => Job::Cbf(f.clone()),
+                cntkio::convert::Format::Ctf => {
+                    let file = cntkio::InputFile::open(f, cntkio::Access::Read)?;
+                    let (schema, _) = cntkio::ctf::infer_schema(&file, options.skip_sequence_ids)?;
+                    Job::Ctf(Input { path: f.clone(), schema, options: options.clone() })
+                }
+            });
+        }
+        Ok(jobs)
+    }
+
     /// The config's deserializers as jobs: CTF ones with their streams, CBF ones as files.
     fn inputs_with_cbf(&self, files: &[PathBuf]) -> Result<Vec<Job>, Error> {
         let cbf = self.config_cbf_files()?;

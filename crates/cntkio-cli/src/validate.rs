@@ -13,7 +13,11 @@ use std::path::Path;
 
 /// Runs `validate` on every file; exit 1 if any is invalid.
 pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
-    let jobs = a.read.jobs(&a.files)?;
+    // Without a schema, a CTF file is checked with the one its rows suggest.
+    let (jobs, inferred) = match a.read.jobs(&a.files) {
+        Err(e) if matches!(e.kind(), cntkio::ErrorKind::NoStreams) => (a.read.inferred_jobs(&a.files)?, true),
+        r => (r?, false),
+    };
     let mut reports = Vec::new();
     let mut any_invalid = false;
     let vo = ValidateOptions { threads: a.read.threads(), limit: a.limit, warnings: a.warnings, cancel: None };
@@ -72,6 +76,14 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
             crate::args::Job::Ctf(input) => input,
         };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);
+        if inferred && !quiet && !a.json {
+            let flags: Vec<String> = schema.streams().iter().map(|s| format!("--stream {}", stream_flag(s))).collect();
+            eprintln!(
+                "{}: no schema given; checking with the one its rows suggest: {}",
+                path.display(),
+                flags.join(" ")
+            );
+        }
         let file = InputFile::open(path, access)?;
         signals::reading_mapped(file.is_mapped().then_some(i));
         let progress = Progress::bytes(file.len(), "validating", quiet);
@@ -111,6 +123,8 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
             reports.push(json!({
                 "path": path.display().to_string(),
                 "format": "ctf",
+                "schema_inferred": inferred,
+                "schema": schema.streams().iter().map(stream_flag).collect::<Vec<_>>(),
                 "valid": valid,
                 "verdict": verdict,
                 "sequences": r.sequences,
@@ -120,12 +134,26 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
                 "dropped_sequences": r.dropped,
                 "warnings": r.warnings,
                 "max_errors": opts.max_errors,
+                "missing_inputs": r.missing_inputs().iter().map(|m| json!({
+                    "stream": m.stream, "alias": m.alias, "suggestion": m.suggestion,
+                    "found": m.found.iter().map(|(n, c)| json!({"name": n, "samples": c})).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "warning_notes": r.warning_notes().iter().map(|n| json!({
+                    "code": n.code, "count": n.count, "text": n.text,
+                })).collect::<Vec<_>>(),
                 "shown": shown_json,
             }));
         } else if !quiet || !valid {
             let more = total.saturating_sub(shown as u64);
             if more > 0 {
                 eprintln!("… and {more} more error(s) not shown (raise --limit to see them)");
+            }
+            for m in r.missing_inputs() {
+                eprintln!("{}: {m}", path.display());
+            }
+            let lists = if a.warnings { "" } else { " (--warnings lists them)" };
+            for n in r.warning_notes() {
+                eprintln!("{}: note[{}]: {}{lists}", path.display(), n.code, n.text);
             }
             eprintln!(
                 "{}: {} sequences, {} samples; {} error(s){}: {}",
@@ -156,4 +184,11 @@ pub fn error_json(e: &Error) -> serde_json::Value {
         "byte": p.byte,
         "sequence": p.sequence_id,
     })
+}
+
+/// A stream as `--stream` writes it: `NAME:DIM:dense|sparse[:ALIAS]`.
+fn stream_flag(s: &cntkio::StreamSpec) -> String {
+    let format = if s.format == cntkio::StorageFormat::Sparse { "sparse" } else { "dense" };
+    let alias = if s.alias == s.name { String::new() } else { format!(":{}", s.alias) };
+    format!("{}:{}:{format}{alias}", s.name, s.dim)
 }

@@ -624,7 +624,7 @@ fn usage_errors_exit_2_with_a_message_and_no_output() {
     let dense = conf("Config/CNTKTextFormatReader/dense.cntk");
     let header = write(d.path(), "h.txt", "features F0 dense 5\n");
     let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
-        (args!["validate", &f], "error[E1001]: no streams configured; give at least one --stream"),
+        (args!["dump", &f], "error[E1001]: no streams configured; give at least one --stream"),
         (args!["dump", &f], "error[E1001]"),
         (
             args!["validate", &f, "--stream", "x:1"],
@@ -794,7 +794,7 @@ bad.ctf:3:1: error[E0021]: stream(s) "slots" empty in sequence 1; every sequence
 3 | 1 |S0 7:1 |# from |S2 3,1
   | ^
   = help: CNTK cannot read a sequence that lacks a configured stream; check the aliases, or remove the stream from the schema
-bad.ctf: 1 sequences, 2 samples; 3 error(s): invalid: 1 sequence(s) lack a configured stream (always fatal in CNTK)
+bad.ctf: 1 sequences, 2 samples; 3 error(s): invalid: [E0016] errors (such as: expected ':' after sparse index 3 in stream "slots", found ',') dropped samples, so 1 sequence(s) lack a configured stream (always fatal in CNTK)
 "#;
     assert_eq!(o.stderr, expected);
     assert!(o.stdout.is_empty());
@@ -899,7 +899,7 @@ fn validate_every_snippet_of_invalid_inputs_matches_the_file() {
     assert_eq!(
         summary_line(&o.stderr, &path.display().to_string()),
         format!(
-            "{}: 7 sequences, 42 samples; 28 error(s): readable: 28 error(s) tolerated by maxErrors = 99999",
+            "{}: 7 sequences, 42 samples; 28 error(s), 3 warning(s): readable: 28 error(s) tolerated by maxErrors = 99999",
             path.display()
         )
     );
@@ -931,9 +931,8 @@ fn validate_limit_counts_all_but_shows_n() {
         } else {
             assert!(!o.stderr.contains("more error(s) not shown"));
         }
-        assert!(
-            summary_line(&o.stderr, &p).ends_with("28 error(s): readable: 28 error(s) tolerated by maxErrors = 99999")
-        );
+        assert!(summary_line(&o.stderr, &p)
+            .ends_with("28 error(s), 3 warning(s): readable: 28 error(s) tolerated by maxErrors = 99999"));
         let j: serde_json::Value = serde_json::from_slice(
             &run(args!["validate", &path, &base, "--limit", &limit.to_string(), "--json"]).code(0).stdout,
         )
@@ -965,6 +964,10 @@ fn validate_json_shape() {
         "sequences",
         "samples",
         "stream_samples",
+        "missing_inputs",
+        "warning_notes",
+        "schema_inferred",
+        "schema",
         "errors",
         "dropped_sequences",
         "warnings",
@@ -1038,7 +1041,10 @@ fn validate_max_errors_tolerance() {
     // A sequence left without a configured stream is fatal whatever maxErrors says.
     let p = write(d.path(), "e.ctf", "0 |x 1 2\n1 |x 1 a\n");
     let o = run(args!["validate", &p, "--stream", "x:2:dense", "--max-errors", "1000"]);
-    o.code(1).err_has("error[E0021]").err_has("invalid: 1 sequence(s) lack a configured stream (always fatal in CNTK)");
+    o.code(1).err_has("error[E0021]").err_has(
+        "invalid: [E0008] errors (such as: unexpected 'a' in a number of stream \"x\"; expected a digit, '+' or '-') \
+         dropped samples, so 1 sequence(s) lack a configured stream (always fatal in CNTK)",
+    );
 }
 
 #[test]
@@ -1047,7 +1053,11 @@ fn validate_warnings() {
     let schema = ["--stream", "F0:10:dense", "--stream", "F1:10:sparse"];
     let o = run(args!["validate", &e, &schema]);
     o.code(0);
-    assert!(!o.stderr.contains("warning"), "no warnings without --warnings:\n{}", o.stderr);
+    // Without --warnings: not listed, but counted and explained.
+    assert!(!o.stderr.contains("warning["), "no warnings listed without --warnings:\n{}", o.stderr);
+    o.err_has("note[W0001]: 3 sample(s) of stream \"F0\" had fewer than 10 values (the first: 0) and were zero-filled")
+        .err_has("(--warnings lists them)")
+        .err_has("0 error(s), 3 warning(s): valid");
     let o = run(args!["validate", &e, &schema, "--warnings"]);
     o.code(0);
     let p = e.display();
@@ -1057,6 +1067,8 @@ fn validate_warnings() {
             "{p}:1:7: warning[W0001]: dense sample of stream \"F0\" has 0 of 10 values; the rest are zeros\n\
              {p}:2:52: warning[W0001]: dense sample of stream \"F0\" has 5 of 10 values; the rest are zeros\n\
              {p}:6:14: warning[W0001]: dense sample of stream \"F0\" has 1 of 10 values; the rest are zeros\n\
+             {p}: note[W0001]: 3 sample(s) of stream \"F0\" had fewer than 10 values (the first: 0) and were \
+             zero-filled, as CNTK does; check the stream's dim\n\
              {p}: 3 sequences, 6 samples; 0 error(s), 3 warning(s): valid\n"
         )
     );
@@ -1161,7 +1173,7 @@ fn validate_variants_bom_utf16_empty_whitespace_digits() {
     o.code(1);
     let codes: Vec<String> = rendered_errors(&o.stderr).into_iter().map(|e| e.code).collect();
     assert!(codes.iter().all(|c| c == "E0018" || c == "E0021") && codes.contains(&"E0021".to_string()), "{codes:?}");
-    o.err_has("lack a configured stream");
+    o.err_has("invalid: input |x of the schema never appears in the file, so 3 sequence(s) lack stream \"x\"");
     // A sequence id too large for 64 bits: fatal, at the digit that overflows.
     write(d.path(), "ovf.ctf", "0 |x 1\n1 |x 2\n99999999999999999999999 |x 3\n");
     let o = run_in(d.path(), args!["validate", "ovf.ctf", &x]);
@@ -2406,7 +2418,60 @@ fn a_file_neither_cbf_nor_ctf_without_a_schema_is_invalid_input() {
         o.code(1).err_has("junk.bin:1:1: error[E0003]").err_has("found byte 0x00").err_has("a CBF file starts with");
     }
     let ctf = write(d.path(), "ok.ctf", "|a 1 2\n");
-    run(args!["validate", &ctf]).code(2).err_has("error[E1001]");
+    run(args!["dump", &ctf]).code(2).err_has("error[E1001]");
+}
+
+#[test]
+fn validate_without_a_schema_checks_with_the_one_the_rows_suggest() {
+    let d = tmp();
+    let ok = write(d.path(), "ok.ctf", "|a 1 2 |b 3:1\n|a 3 4 |b 0:1\n");
+    run(args!["validate", &ok])
+        .code(0)
+        .err_has("no schema given; checking with the one its rows suggest: --stream a:2:dense --stream b:4:sparse")
+        .err_has("2 sequences, 2 samples; 0 error(s): valid");
+    let bad = write(d.path(), "bad.ctf", "|a 1 2\n|a 1 x\n");
+    run(args!["validate", &bad]).code(1).err_has("bad.ctf:2:6: error[E0008]");
+    let o = run(args!["validate", "--json", &ok]);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout()).unwrap();
+    assert_eq!(v["files"][0]["schema_inferred"], true);
+    assert_eq!(v["files"][0]["schema"], serde_json::json!(["a:2:dense", "b:4:sparse"]));
+}
+
+#[test]
+fn validate_names_a_misspelled_input_and_the_cause_of_dropped_sequences() {
+    let d = tmp();
+    let f = write(d.path(), "s.ctf", "|features 1 2 |labels 0 1\n|features 3 4 |labels 1 0\n");
+    let o = run(args!["validate", &f, "--stream", "featurs:2:dense", "--stream", "labels:2:dense"]);
+    o.code(1)
+        .err_has(
+            "input |featurs of the schema (stream \"featurs\") never appears in the file; its rows have \
+             |features (2 samples), which the schema lacks: did you mean |features?",
+        )
+        .err_has(
+            "invalid: input |featurs of the schema never appears in the file (did you mean |features?), so 2 \
+             sequence(s) lack stream \"featurs\" (always fatal in CNTK)",
+        );
+    // Reported once, not for the stream that is in the file.
+    assert_eq!(o.stderr.matches("never appears in the file;").count(), 1, "{}", o.stderr);
+    let o = run(args!["validate", "--json", &f, "--stream", "featurs:2:dense", "--stream", "labels:2:dense"]);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout()).unwrap();
+    let m = &v["files"][0]["missing_inputs"];
+    assert_eq!(m.as_array().map(Vec::len), Some(1));
+    assert_eq!(m[0]["suggestion"], "features");
+    assert_eq!(m[0]["found"][0], serde_json::json!({"name": "features", "samples": 2}));
+    // A dim too small for the sparse indices: the verdict names the indices, and the dim they need.
+    let sp = write(d.path(), "sp.ctf", "|x 1 |y 5:1\n|x 2 |y 1:1\n");
+    run(args!["validate", &sp, "--stream", "x:1:dense", "--stream", "y:3:sparse"]).code(1).err_has(
+        "invalid: [E0015] sparse index 5 >= dim 3 in stream \"y\" (the largest index found: the dim must be at \
+         least 6) dropped samples, so 1 sequence(s) lack a configured stream (always fatal in CNTK)",
+    );
+    // A dim larger than the data: valid, and the summary says what the zero-filling was.
+    let o = run(args!["validate", &sp, "--stream", "x:3:dense", "--stream", "y:6:sparse"]);
+    o.code(0).err_has(
+        "note[W0001]: 2 sample(s) of stream \"x\" had fewer than 3 values (the first: 1) and were zero-filled, \
+         as CNTK does; check the stream's dim (--warnings lists them)",
+    );
+    assert!(o.stderr.contains("0 error(s), 2 warning(s): valid"), "{}", o.stderr);
 }
 
 #[test]

@@ -190,12 +190,16 @@ pub fn validate<'py>(
             },
             err,
         ),
-        (Format::Ctf, _) => {
-            return Err(usage(format!(
-                "{} is CTF: validating it needs its streams (a StreamDefs or a CTFDeserializer)",
-                path.display()
-            )))
-        }
+        // Without streams: checked with the schema its rows suggest.
+        (Format::Ctf, _) => interruptible(
+            py,
+            || {
+                let file = InputFile::open(&path, cntkio::Access::Read)?;
+                let (schema, _) = cntkio::ctf::infer_schema(&file, false)?;
+                validate_ctf(&file, &schema, &cntkio::CtfOptions::default(), &vo, &mut |_| {}, &mut |_| {})
+            },
+            err,
+        ),
     }?;
     let shown = path.display().to_string();
     let errors = PyList::empty(py);
@@ -254,5 +258,13 @@ pub fn validate<'py>(
     d.set_item("max_errors", r.max_errors)?;
     d.set_item("errors", errors)?;
     d.set_item("warnings", warns)?;
+    let notes = PyList::empty(py);
+    for m in r.missing_inputs() {
+        notes.append(m.to_string())?;
+    }
+    for n in r.warning_notes() {
+        notes.append(format!("{}: {}", n.code, n.text))?;
+    }
+    d.set_item("notes", notes)?;
     Ok(d)
 }

@@ -13,6 +13,7 @@ pub mod convert;
 pub mod options;
 pub mod randomize;
 pub mod source;
+pub mod suggest;
 pub mod validate;
 pub use options::CtfOptions;
 

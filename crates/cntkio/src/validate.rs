@@ -26,6 +26,7 @@
 
 use crate::cbf::{CbfFile, CbfOptions};
 use crate::convert::Format;
+use crate::ctf::parse::Tally;
 use crate::ctf::{scan_file, ScanOptions};
 use crate::input::InputFile;
 use crate::{ChunkData, CtfOptions, Error, ErrorKind, Position, Schema, WarningKind};
@@ -105,6 +106,50 @@ pub struct Report {
     /// CTF: the alias of the `definesMBSize` stream, if any (named by the verdict of a file without
     /// sequences).
     pub main_alias: Option<String>,
+    /// CTF: the schema's streams, `(name, alias)`, in schema order.
+    pub streams: Vec<(String, String)>,
+    /// CTF: every error and warning counted by kind (warnings are counted whether or not they are
+    /// [shown](ValidateOptions::warnings)).
+    pub tally: Tally,
+}
+
+/// A stream of the schema whose input name no row of the file has: the usual cause of a file where every
+/// sequence lacks a stream (a misspelled `--stream` name or alias).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingInput {
+    /// The stream's name.
+    pub stream: String,
+    /// The input name looked for (its alias).
+    pub alias: String,
+    /// The input names the rows have that the schema lacks, with how many samples each, most first.
+    pub found: Vec<(String, u64)>,
+    /// The closest of the names the file has, if one is close (a likely misspelling).
+    pub suggestion: Option<String>,
+}
+
+impl std::fmt::Display for MissingInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "input |{} of the schema (stream \"{}\") never appears in the file", self.alias, self.stream)?;
+        if !self.found.is_empty() {
+            let names: Vec<String> = self.found.iter().map(|(n, c)| format!("|{n} ({c} samples)")).collect();
+            write!(f, "; its rows have {}, which the schema lacks", names.join(", "))?;
+        }
+        if let Some(s) = &self.suggestion {
+            write!(f, ": did you mean |{s}?")?;
+        }
+        Ok(())
+    }
+}
+
+/// What the warnings of a class mean, counted (one line of the summary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarningNote {
+    /// The warnings' code (`W0001`…).
+    pub code: &'static str,
+    /// How many there were.
+    pub count: u64,
+    /// What they were and what was done about them.
+    pub text: String,
 }
 
 impl Report {
@@ -124,7 +169,64 @@ impl Report {
             shown_warnings: Vec::new(),
             problems: Vec::new(),
             main_alias: None,
+            streams: Vec::new(),
+            tally: Tally::default(),
         }
+    }
+
+    /// CTF: the schema's streams that no row of the file has, with the input names the rows have instead
+    /// (empty when the file has no rows, or when it could not be read).
+    pub fn missing_inputs(&self) -> Vec<MissingInput> {
+        if self.format != Format::Ctf || self.fatal.is_some() {
+            return Vec::new();
+        }
+        let mut found: Vec<(String, u64)> = self
+            .tally
+            .warnings
+            .iter()
+            .filter_map(|(w, n)| match w {
+                WarningKind::UnknownInput { name } => Some((name.clone(), *n)),
+                _ => None,
+            })
+            .collect();
+        found.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        // A stream no row has: no sample delivered, and empty in every sequence dropped; in a file without
+        // sequences, the main stream (whose samples make them).
+        let empty_in = |name: &str| self.tally.empty_streams.iter().find(|(s, _)| s == name).map_or(0, |e| e.1);
+        let empty = self.is_empty();
+        self.streams
+            .iter()
+            .zip(&self.stream_samples)
+            .filter(|&((name, alias), &n)| match empty {
+                true => self.main_alias.as_ref() == Some(alias),
+                false => n == 0 && empty_in(name) == self.dropped && self.sequences + self.dropped > 0,
+            })
+            .map(|((stream, alias), _)| MissingInput {
+                stream: stream.clone(),
+                alias: alias.clone(),
+                suggestion: crate::suggest::closest(alias, found.iter().map(|(n, _)| n.as_str())).map(str::to_string),
+                found: found.clone(),
+            })
+            .collect()
+    }
+
+    /// CTF: what the warnings meant, a line per class (the most frequent first).
+    pub fn warning_notes(&self) -> Vec<WarningNote> {
+        let mut notes: Vec<WarningNote> = self
+            .tally
+            .warnings
+            .iter()
+            .map(|(w, n)| WarningNote { code: w.code(), count: *n, text: warning_note(w, *n) })
+            .collect();
+        if self.tally.other_warnings > 0 {
+            notes.push(WarningNote {
+                code: "W0000",
+                count: self.tally.other_warnings,
+                text: format!("{} more warning(s) of other kinds or input names", self.tally.other_warnings),
+            });
+        }
+        notes.sort_by_key(|n| std::cmp::Reverse(n.count));
+        notes
     }
 
     /// Every error: counted ones, sequences lacking a stream (CTF; for CBF they are among the fatal
@@ -159,18 +261,83 @@ impl Report {
             "invalid: the file cannot be read".to_string()
         } else if self.is_empty() {
             match &self.main_alias {
-                Some(a) => format!(
-                    "invalid: no sequence found: no row mentions |{a} (the definesMBSize stream); check the alias"
-                ),
+                Some(a) => {
+                    let hint = match self.missing_inputs().first().and_then(|m| m.suggestion.clone()) {
+                        Some(s) => format!(": did you mean |{s}?"),
+                        None => "; check the alias".to_string(),
+                    };
+                    format!("invalid: no sequence found: no row mentions |{a} (the definesMBSize stream){hint}")
+                }
                 None => "invalid: no sequence found".to_string(),
             }
         } else if self.dropped > 0 {
-            format!("invalid: {} sequence(s) lack a configured stream (always fatal in CNTK)", self.dropped)
+            self.dropped_verdict()
         } else if self.format == Format::Cbf {
             "invalid: CNTK cannot read this file".to_string()
         } else {
             format!("invalid: {} error(s), more than maxErrors = {}", self.errors, self.max_errors)
         }
+    }
+}
+
+impl Report {
+    /// The verdict of a file where sequences lack a configured stream: the cause first (an input name the
+    /// file never has, or the errors that emptied the stream), then the consequence.
+    fn dropped_verdict(&self) -> String {
+        let lack = format!("{} sequence(s) lack", self.dropped);
+        if let Some(m) = self.missing_inputs().first() {
+            let hint = m.suggestion.as_ref().map(|s| format!(" (did you mean |{s}?)")).unwrap_or_default();
+            return format!(
+                "invalid: input |{} of the schema never appears in the file{hint}, so {lack} stream \"{}\" \
+                 (always fatal in CNTK)",
+                m.alias, m.stream
+            );
+        }
+        let cause = self.tally.drop_causes.iter().fold(None, |best: Option<&(Error, u64)>, c| match best {
+            Some(b) if b.1 >= c.1 => Some(b),
+            _ => Some(c),
+        });
+        let consequence = format!("{lack} a configured stream (always fatal in CNTK)");
+        match cause {
+            Some((e, n)) if *n == self.dropped => {
+                format!("invalid: {} dropped samples, so {consequence}", error_cause(e))
+            }
+            Some((e, n)) => format!("invalid: {consequence}; in {n} of them, {} dropped samples", error_cause(e)),
+            None => format!("invalid: {consequence}"),
+        }
+    }
+}
+
+/// Errors of `e`'s code as the cause of a verdict: for a sparse index out of range, the largest index and
+/// the dim it needs; else an example.
+fn error_cause(e: &Error) -> String {
+    match e.kind() {
+        ErrorKind::SparseIndexOutOfRange { stream, index, dim } => format!(
+            "[{}] sparse index {index} >= dim {dim} in stream \"{stream}\" (the largest index found: the dim must \
+             be at least {})",
+            e.code(),
+            index.saturating_add(1)
+        ),
+        k => format!("[{}] errors (such as: {k})", e.code()),
+    }
+}
+
+/// What `n` warnings like `w` mean, in a sentence.
+fn warning_note(w: &WarningKind, n: u64) -> String {
+    match w {
+        WarningKind::ShortDenseSample { stream, count, dim } => format!(
+            "{n} sample(s) of stream \"{stream}\" had fewer than {dim} values (the first: {count}) and were \
+             zero-filled, as CNTK does; check the stream's dim"
+        ),
+        WarningKind::LongDenseSampleAtEnd { stream, count, dim } => format!(
+            "{n} sample(s) of stream \"{stream}\" on the last line had more than {dim} values (the first: \
+             {count}); CNTK ignores the extra values"
+        ),
+        WarningKind::UnknownInput { name } => {
+            format!("{n} sample(s) of input |{name}, which the schema lacks, were skipped, as CNTK does")
+        }
+        WarningKind::MissingFinalNewline => "the file does not end with a newline (CNTK reads it all the same)".into(),
+        w => format!("{n} × {w}"),
     }
 }
 
@@ -189,13 +356,15 @@ pub fn validate_ctf(
         threads: vo.threads.max(1),
         enforce_max_errors: false,
         keep: vo.limit,
-        warnings: vo.warnings,
+        // Always counted, for the summary; shown only when asked for.
+        warnings: true,
         skip_bad_sequences: true,
     };
     let mut r = Report::new(file.path(), Format::Ctf);
     r.max_errors = opts.max_errors;
     r.stream_samples = vec![0; schema.len()];
     r.main_alias = schema.main_stream().map(|m| schema.streams()[m].alias.clone());
+    r.streams = schema.streams().iter().map(|s| (s.name.clone(), s.alias.clone())).collect();
     let limit = vo.limit;
     let res = scan_file(
         file,
@@ -212,13 +381,14 @@ pub fn validate_ctf(
             r.errors += p.num_errors;
             r.dropped += p.num_dropped;
             r.warnings += p.num_warnings;
+            r.tally.merge(&p.tally);
             for e in &p.errors {
                 if r.shown.len() < limit {
                     r.shown.push(e.clone());
                 }
                 each(Finding::Error(e));
             }
-            for (w, pos) in &p.warnings {
+            for (w, pos) in p.warnings.iter().filter(|_| vo.warnings) {
                 if r.shown_warnings.len() < limit {
                     r.shown_warnings.push((w.clone(), pos.clone()));
                 }
@@ -232,6 +402,18 @@ pub fn validate_ctf(
         Ok(_) => {}
         Err(e) if e.is_io() => return Err(e),
         Err(e) => r.fatal = Some(e),
+    }
+    if r.is_empty() {
+        // No row has the main stream, so no row was parsed: the inputs the rows do have, for the verdict.
+        match crate::ctf::infer_schema(file, opts.skip_sequence_ids) {
+            Ok((_, inf)) => {
+                for s in inf.streams.iter().filter(|s| !r.streams.iter().any(|(_, a)| a == &s.alias)) {
+                    r.tally.add_unknown_input(&s.alias, s.samples());
+                }
+            }
+            Err(e) if e.is_io() => return Err(e),
+            Err(_) => {} // no input name at all
+        }
     }
     Ok(r)
 }

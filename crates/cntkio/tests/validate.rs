@@ -53,7 +53,42 @@ fn ctf_verdicts_and_counts() {
     // a sequence without its y (the bad sample leaves it empty): always fatal
     let (r, _) = ctf(d.path(), "0 |x 1 2 |y 7:1\n1 |x 1 2 |y 1:1\n", 10, vo);
     assert_eq!((r.dropped, r.valid(), r.total_errors()), (1, false, 2));
-    assert_eq!(r.verdict(), "invalid: 1 sequence(s) lack a configured stream (always fatal in CNTK)");
+    // The verdict names the cause (the index out of range, and the dim it needs) before the consequence.
+    assert_eq!(
+        r.verdict(),
+        "invalid: [E0015] sparse index 7 >= dim 3 in stream \"y\" (the largest index found: the dim must be at least \
+         8) dropped samples, so 1 sequence(s) lack a configured stream (always fatal in CNTK)"
+    );
+    assert_eq!(r.tally.drop_causes.iter().map(|(e, n)| (e.code(), *n)).collect::<Vec<_>>(), [("E0015", 1)]);
+    // Some dropped sequences without an error of their own: the cause is named for those it explains.
+    let (r, _) = ctf(d.path(), "0 |x 1 2 |y 7:1\n1 |y 2:1\n2 |x 1 2 |y 1:1\n", 10, vo);
+    assert_eq!(
+        r.verdict(),
+        "invalid: 2 sequence(s) lack a configured stream (always fatal in CNTK); in 1 of them, [E0015] sparse index 7 \
+         >= dim 3 in stream \"y\" (the largest index found: the dim must be at least 8) dropped samples"
+    );
+    // A stream of the schema no row has: named once, with the inputs the file has and the closest.
+    let (r, _) = ctf(d.path(), "0 |X 1 2 |y 0:1\n1 |X 1 2 |y 1:1 |z 3\n", 10, vo);
+    let m = r.missing_inputs();
+    assert_eq!(m.len(), 1);
+    assert_eq!((m[0].alias.as_str(), m[0].suggestion.as_deref()), ("x", Some("X")));
+    assert_eq!(m[0].found, [("X".to_string(), 2), ("z".to_string(), 1)]);
+    assert!(r.verdict().starts_with("invalid: input |x of the schema never appears in the file (did you mean |X?)"));
+    // The main stream misspelled: no sequence at all.
+    let (r, _) = ctf(d.path(), "0 |x 1 2 |yy 0:1\n1 |x 1 2 |yy 1:1\n", 10, vo);
+    assert_eq!(r.missing_inputs().iter().map(|m| m.alias.as_str()).collect::<Vec<_>>(), ["y"]);
+    assert_eq!(
+        r.verdict(),
+        "invalid: no sequence found: no row mentions |y (the definesMBSize stream): did you mean |yy?"
+    );
+    // Warnings are counted by class whether shown or not, and explained.
+    let (r, seen) = ctf(d.path(), "0 |x 1 |y 0:1\n1 |x 2 |y 1:1 |w 1\n", 0, vo);
+    assert!(r.valid() && seen.is_empty() && r.shown_warnings.is_empty());
+    let notes: Vec<(&str, u64)> = r.warning_notes().iter().map(|n| (n.code, n.count)).collect();
+    assert_eq!(notes, [("W0001", 2), ("W0003", 1)]);
+    assert!(r.warning_notes()[0]
+        .text
+        .starts_with("2 sample(s) of stream \"x\" had fewer than 2 values (the first: 1)"));
     // no row mentions the main stream
     let (r, _) = ctf(d.path(), "0 |x 1 2\n", 0, vo);
     assert!(r.is_empty() && !r.valid());

@@ -36,6 +36,8 @@ pub struct ParsedChunk {
     pub warnings: Vec<(WarningKind, Position)>,
     /// Total number of warnings seen (when asked for).
     pub num_warnings: u64,
+    /// Every error and warning (when asked for) counted by kind, kept or not.
+    pub tally: Tally,
     /// The error that stopped parsing, if any (located).
     pub fatal: Option<Error>,
     /// True if parsing stopped because `stop_after` errors were reached.
@@ -49,12 +51,139 @@ struct Sink {
     num_dropped: u64,
     warnings: Vec<(WarningKind, u64)>,
     num_warnings: u64,
+    tally: Tally,
     stopped: bool,
+}
+
+/// Problems counted by kind: errors by code, warnings by class (their kind and stream or input name).
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    /// Counted and dropped-sequence errors per code, with the first of each.
+    pub errors: Vec<(Error, u64)>,
+    /// The errors found in sequences that were then dropped for lacking a stream (their likely cause),
+    /// per code: how many dropped sequences had one.
+    pub drop_causes: Vec<(Error, u64)>,
+    /// Warnings per class: the first of the class and how many there were.
+    pub warnings: Vec<(WarningKind, u64)>,
+    /// Warnings beyond [`MAX_CLASSES`] classes (say of many different unknown input names).
+    pub other_warnings: u64,
+    /// Per stream name: the sequences dropped because that stream was empty in them.
+    pub empty_streams: Vec<(String, u64)>,
+    /// The errors of the sequence being parsed (its key), until it is dropped or the next one starts.
+    current: (Option<u64>, Vec<Error>),
+}
+
+/// The classes of warnings a [`Tally`] tells apart (the input names of a damaged file can be many).
+pub const MAX_CLASSES: usize = 64;
+
+/// Counts `n` errors of `e`'s code in `list`. The example kept is the first, but for sparse indices out of
+/// range the largest index (what the stream's dim would have to exceed).
+fn add_error(list: &mut Vec<(Error, u64)>, e: &Error, n: u64) {
+    let index = |e: &Error| match e.kind() {
+        ErrorKind::SparseIndexOutOfRange { index, .. } => Some(*index),
+        _ => None,
+    };
+    match list.iter_mut().find(|(f, _)| f.code() == e.code()) {
+        Some((f, m)) => {
+            *m += n;
+            if index(e) > index(f) {
+                *f = e.clone();
+            }
+        }
+        None => list.push((e.clone(), n)),
+    }
+}
+
+impl Tally {
+    fn error(&mut self, e: &Error) {
+        add_error(&mut self.errors, e, 1);
+        let key = e.position().sequence_id;
+        if let ErrorKind::EmptyStream { streams, sequence } = e.kind() {
+            for s in streams {
+                self.add_empty(s, 1);
+            }
+            if self.current.0 == Some(*sequence) {
+                let mut codes: Vec<&Error> = Vec::new();
+                for c in &self.current.1 {
+                    if !codes.iter().any(|d| d.code() == c.code()) {
+                        codes.push(c);
+                    }
+                }
+                for c in codes {
+                    add_error(&mut self.drop_causes, c, 1);
+                }
+            }
+            self.current = (None, Vec::new());
+        } else {
+            if self.current.0 != key {
+                self.current = (key, Vec::new());
+            }
+            if self.current.1.len() < 8 {
+                self.current.1.push(e.clone());
+            }
+        }
+    }
+
+    fn add_empty(&mut self, stream: &str, n: u64) {
+        match self.empty_streams.iter_mut().find(|(s, _)| s == stream) {
+            Some((_, m)) => *m += n,
+            None => self.empty_streams.push((stream.to_string(), n)),
+        }
+    }
+
+    fn warning(&mut self, w: &WarningKind) {
+        self.add_warning(w, 1);
+    }
+
+    /// Counts `samples` samples of an input the schema lacks, found other than by parsing.
+    pub(crate) fn add_unknown_input(&mut self, name: &str, samples: u64) {
+        self.add_warning(&WarningKind::UnknownInput { name: name.to_string() }, samples);
+    }
+
+    fn add_warning(&mut self, w: &WarningKind, n: u64) {
+        if let Some((_, m)) = self.warnings.iter_mut().find(|(f, _)| same_class(f, w)) {
+            *m += n;
+        } else if self.warnings.len() < MAX_CLASSES {
+            self.warnings.push((w.clone(), n));
+        } else {
+            self.other_warnings += n;
+        }
+    }
+
+    /// Adds `other`'s counts (the tally of a later chunk: first examples stay first).
+    pub fn merge(&mut self, other: &Tally) {
+        for (e, n) in &other.errors {
+            add_error(&mut self.errors, e, *n);
+        }
+        for (e, n) in &other.drop_causes {
+            add_error(&mut self.drop_causes, e, *n);
+        }
+        for (w, n) in &other.warnings {
+            self.add_warning(w, *n);
+        }
+        self.other_warnings += other.other_warnings;
+        for (s, n) in &other.empty_streams {
+            self.add_empty(s, *n);
+        }
+    }
+}
+
+/// Warnings of one kind about the same stream (or the same unknown input name).
+fn same_class(a: &WarningKind, b: &WarningKind) -> bool {
+    use WarningKind::*;
+    match (a, b) {
+        (ShortDenseSample { stream: x, .. }, ShortDenseSample { stream: y, .. })
+        | (LongDenseSampleAtEnd { stream: x, .. }, LongDenseSampleAtEnd { stream: y, .. })
+        | (UnknownInput { name: x }, UnknownInput { name: y }) => x == y,
+        (MissingFinalNewline, MissingFinalNewline) => true,
+        _ => false,
+    }
 }
 
 impl ErrorSink for Sink {
     fn error(&mut self, e: Error) -> Result<(), Error> {
         self.num_errors += 1;
+        self.tally.error(&e);
         if self.errors.len() < self.policy.keep {
             self.errors.push(e);
         }
@@ -69,6 +198,7 @@ impl ErrorSink for Sink {
     }
     fn warning(&mut self, w: WarningKind, byte: u64) {
         self.num_warnings += 1;
+        self.tally.warning(&w);
         if self.warnings.len() < self.policy.keep {
             self.warnings.push((w, byte));
         }
@@ -76,6 +206,7 @@ impl ErrorSink for Sink {
     fn fatal(&mut self, e: Error) -> Result<(), Error> {
         if self.policy.skip_bad_sequences {
             self.num_dropped += 1;
+            self.tally.error(&e);
             if self.errors.len() < self.policy.keep {
                 self.errors.push(e);
             }
@@ -150,6 +281,7 @@ pub(crate) fn parse_bytes(
         num_dropped: 0,
         warnings: Vec::new(),
         num_warnings: 0,
+        tally: Tally::default(),
         stopped: false,
     };
     let r = if find_rows {
@@ -176,6 +308,7 @@ pub(crate) fn parse_bytes(
         num_dropped: sink.num_dropped,
         warnings,
         num_warnings: sink.num_warnings,
+        tally: sink.tally,
         fatal,
         stopped: sink.stopped,
     }

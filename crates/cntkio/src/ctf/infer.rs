@@ -1,0 +1,70 @@
+//! A schema read off a CTF file's own rows, for checking a file whose schema the user did not give.
+
+use crate::ctf::{index_streaming, locate_index_error, IndexConfig};
+use crate::input::InputFile;
+use crate::{Error, Schema, StorageFormat, StreamSpec};
+use cntkio_core::ctf::infer::Inferrer;
+
+/// The schema a CTF file's rows suggest: every input name it has, in order of first appearance, sparse if
+/// any of its samples has an `index:value` entry (dim: the largest index + 1), else dense (dim: the most
+/// values in a sample). One tolerant pass over the file (the sequences as CNTK's index finds them); the
+/// [`Inferrer`] with what was seen is returned too. A file without any input name has no schema:
+/// [`ErrorKind::NoStreams`](crate::ErrorKind::NoStreams).
+pub fn infer_schema(file: &InputFile, skip_sequence_ids: bool) -> Result<(Schema, Inferrer), Error> {
+    let cfg = IndexConfig { skip_sequence_ids, main_alias: None, chunk_size: crate::options::DEFAULT_CHUNK_SIZE };
+    let mut inf = Inferrer::new();
+    let mut buf = Vec::new();
+    index_streaming(
+        file,
+        &cfg,
+        1,
+        |c| {
+            file.with_bytes(c.offset, c.len_bytes as usize, &mut buf, |bytes| {
+                for s in &c.sequences {
+                    let a = (s.offset - c.offset) as usize;
+                    inf.add_sequence(&bytes[a..a + s.len_bytes as usize]);
+                }
+            })
+        },
+        &mut |_| {},
+    )
+    .map_err(|e| locate_index_error(e, file))?;
+    let streams = inf
+        .streams
+        .iter()
+        .map(|s| {
+            let format = if s.is_sparse() { StorageFormat::Sparse } else { StorageFormat::Dense };
+            StreamSpec::new(s.alias.clone(), usize::try_from(s.min_dim().max(1)).unwrap_or(usize::MAX), format)
+        })
+        .collect();
+    Ok((Schema::new(streams)?, inf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::infer_schema;
+    use crate::{Access, InputFile, StorageFormat};
+
+    #[test]
+    fn infers_names_formats_and_dims() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.ctf");
+        std::fs::write(&path, "0 |x 1 2 3 |y 4:1\n0 |x 1 2 |y 0:1 7:2\n1 |x 5 |# note\n").unwrap();
+        let file = InputFile::open(&path, Access::Read).unwrap();
+        let (schema, inf) = infer_schema(&file, false).unwrap();
+        let got: Vec<(&str, usize, StorageFormat)> =
+            schema.streams().iter().map(|s| (s.name.as_str(), s.dim, s.format)).collect();
+        assert_eq!(got, [("x", 3, StorageFormat::Dense), ("y", 8, StorageFormat::Sparse)]);
+        assert_eq!(inf.rows, 3);
+    }
+
+    #[test]
+    fn a_file_without_inputs_has_no_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.ctf");
+        std::fs::write(&path, "0\n1 |# only comments\n").unwrap();
+        let file = InputFile::open(&path, Access::Read).unwrap();
+        let e = infer_schema(&file, false).unwrap_err();
+        assert_eq!(e.code(), "E1001");
+    }
+}
