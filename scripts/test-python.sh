@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and installs the Python package `cntkio` (pip install .[test]: maturin, release, abi3) into a
-# virtual environment and runs its pytest suite (python/tests). The real-data tests read ../shared beside
-# the repository (or $CNTKIO_SHARED_DIR) and are skipped without it.
+# virtual environment and runs its pytest suite (python/tests). The real-data tests read testdata/real
+# (or $CNTKIO_SHARED_DIR/data/real, as tools/testdata.py says).
 #
 # Usage: bash scripts/test-python.sh [pytest args…]
 #   CNTKIO_VENV=DIR     the virtual environment to create or reuse (default: target/py-venv)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit, conformance, differential, property and CLI tests).
-# The conformance material is read from ../shared beside the repository (or $CNTKIO_SHARED_DIR).
+# The test material ships in testdata/ (testdata/README.md): a clone needs nothing beside it. Set
+# CNTKIO_SHARED_DIR to read it from a folder in the project's shared/ layout instead.
 # Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

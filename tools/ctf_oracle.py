@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Print what the Python model of CNTK 2.7 (shared/conformance/tools/ctfref.py) makes of CTF files, as
+"""Print what the Python model of CNTK 2.7 (testdata/model/ctfref.py) makes of CTF files, as
 canonical JSON, for differential tests (crates/cntkio/tests/ctf_model.rs).
 
     echo '{"path": "x.ctf", "streams": [...], ...}' | python3 tools/ctf_oracle.py
     echo '[job, job, ...]' | python3 tools/ctf_oracle.py      # a batch: prints a list of results
 
-`shared/` is found via $CNTKIO_SHARED_DIR, else `<repo>/../shared`.
+The model is found in `testdata/model`, or via $CNTKIO_SHARED_DIR (tools/testdata.py).
 
 A job: {"path": str, "streams": [{"name", "alias", "dense": bool, "dim": int, "defines": bool}],
         "skip_ids": bool, "chunk_size": int, "max_errors": int, "precision": "float" | "double"}
@@ -27,16 +27,9 @@ import os
 import struct
 import sys
 
+from testdata import testdata_dir  # tools/testdata.py, beside this script
 
-def shared_dir():
-    env = os.environ.get('CNTKIO_SHARED_DIR')
-    if env:
-        return env
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return os.path.join(repo, '..', 'shared')
-
-
-sys.path.insert(0, os.path.join(shared_dir(), 'conformance', 'tools'))
+sys.path.insert(0, testdata_dir('model'))
 import ctfref  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate the differential fixtures of crates/cntkio/tests/shuffle.rs from the Python model of CNTK 2.7's
-randomizers (shared/conformance/tools/readerref.py, READER.md §3-§8).
+randomizers (testdata/model/readerref.py, READER.md §3-§8).
 
     python3 tools/gen_shuffle_fixtures.py [--readerref DIR] [--cases N] [--seed S] [--out FILE]
 
@@ -24,6 +24,8 @@ where [g, ...] are the delivered sequences as global sequence indices (file orde
 Python; rerun this script only when the model changes, and commit its output.
 """
 import argparse, json, os, random, sys
+
+from testdata import testdata_dir  # tools/testdata.py, beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -224,12 +226,12 @@ def make_case(rr, rnd, cid):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--readerref', default=os.path.join(REPO, '..', 'shared', 'conformance', 'tools'))
+    ap.add_argument('--readerref', help='the folder of readerref.py (default: testdata/model)')
     ap.add_argument('--cases', type=int, default=200)
     ap.add_argument('--seed', type=int, default=20181)
     ap.add_argument('--out', default=os.path.join(REPO, 'crates', 'cntkio', 'tests', 'fixtures', 'shuffle', 'cases.jsonl'))
     a = ap.parse_args()
-    sys.path.insert(0, os.path.abspath(a.readerref))
+    sys.path.insert(0, os.path.abspath(a.readerref or testdata_dir('model')))
     import readerref as rr
     rnd = random.Random(a.seed)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)

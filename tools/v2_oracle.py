@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Run the Python model of CNTK 2.7's V2 MinibatchSource (shared/conformance/tools: v2model.py's CTFD,
+"""Run the Python model of CNTK 2.7's V2 MinibatchSource (testdata/model: v2model.py's CTFD,
 readerref.py's randomizers, with v2dist.py's worker limits and restore call sequence) on a CTF file and print
 its minibatches as canonical JSON, for differential tests (crates/cntkio/tests/minibatch.rs).
 
     echo '{"path": "x.ctf", "streams": [...], "mb": 4, ...}' | python3 tools/v2_oracle.py
     echo '[job, job, ...]' | python3 tools/v2_oracle.py      # a batch: prints a list of results
 
-`shared/` is found via $CNTKIO_SHARED_DIR, else `<repo>/../shared`.
+The model is found in `testdata/model`, or via $CNTKIO_SHARED_DIR (tools/testdata.py).
 
 A job: {"path", "streams": [{"name", "alias", "dense", "dim", "defines"}], "mb": int,
         "chunk_size": 33554432, "skip_ids": false, "randomize": false, "seed": 0,
@@ -21,19 +21,11 @@ B = {"mb": i, "sweep_end": bool, "keys": [...], "lens": [declared lengths],
 a sparse sample a list of [index, value]; values are the element type's value (float32 rounded).
 """
 import json
-import os
 import sys
 
+from testdata import testdata_dir  # tools/testdata.py, beside this script
 
-def shared_dir():
-    env = os.environ.get('CNTKIO_SHARED_DIR')
-    if env:
-        return env
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return os.path.join(repo, '..', 'shared')
-
-
-sys.path.insert(0, os.path.join(shared_dir(), 'conformance', 'tools'))
+sys.path.insert(0, testdata_dir('model'))
 from v2model import CTFD, f32  # noqa: E402
 from readerref import BlockRandomizer, NoRandomizer  # noqa: E402
 

@@ -1,10 +1,10 @@
-"""Fixtures: the sample data in examples/data, the real CNTK data in ../shared/data/real, and a small
+"""Fixtures: the sample data in examples/data, the real CNTK data in testdata/real, and a small
 reference reader of well-formed CTF files (plain Python) to compare cntkio's arrays with."""
 
 from __future__ import annotations
 
-import os
 import re
+import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -14,21 +14,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "data"
 
-
-def _shared_dir() -> Path:
-    env = os.environ.get("CNTKIO_SHARED_DIR")
-    return Path(env) if env else REPO.parent / "shared"
-
-
-REAL = _shared_dir() / "data" / "real"
+sys.path.insert(0, str(REPO / "tools"))
+from testdata import testdata_dir  # noqa: E402  (tools/testdata.py: the one finder of the test material)
 
 
 @pytest.fixture
 def real() -> Path:
-    """The real data folder; the test is skipped when shared/ is not beside the repository."""
-    if not REAL.is_dir():
-        pytest.skip(f"real CNTK data not found at {REAL} (set CNTKIO_SHARED_DIR or put shared/ beside the repo)")
-    return REAL
+    """The real CNTK data: testdata/real, or $CNTKIO_SHARED_DIR/data/real (FileNotFoundError if missing)."""
+    return Path(testdata_dir("real"))
 
 
 @pytest.fixture

@@ -648,7 +648,7 @@ def test_threads_share_a_source(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Real CNTK-made CBF files (shared/data/real; skipped without them)
+# Real CNTK-made CBF files (testdata/real)
 
 
 @pytest.mark.parametrize("name", ["10x10_dense", "10x10_sparse", "50x20_jagged_sequences_dense",

@@ -171,7 +171,7 @@ def test_mmap(examples):
     assert (a["slots"].csr() != b["slots"].csr()).nnz == 0
 
 
-# ---- real data (shared/data/real) -------------------------------------------------------------------
+# ---- real data (testdata/real) -----------------------------------------------------------------------
 
 ATIS = {"query": ("S0", 943, True), "intent": ("S1", 26, True), "slots": ("S2", 129, True)}
 

@@ -1,7 +1,8 @@
 //! Integration tests of the `cntkio` command line: exit codes, error text, JSON shapes and round trips,
-//! run on the real CNTK data in `shared/` and on variants made here in temporary directories.
-//!
-//! `shared/` is found through `CNTKIO_SHARED_DIR`, else beside the repository (`<repo>/../shared`).
+//! run on the real CNTK data in `testdata/` and on variants made here in temporary directories.
+
+#[path = "../../cntkio/tests/common/testdata.rs"]
+mod testdata;
 
 use cntkio::cbf::CbfFile;
 use cntkio::{ChunkData, CtfOptions, CtfReader, ElementType, Layout, Schema, StorageFormat, StreamSpec, Values};
@@ -9,6 +10,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use testdata::read;
 
 // ---------------------------------------------------------------------------------------------------
 // Running the binary
@@ -18,26 +20,12 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn shared() -> PathBuf {
-    let dir = match std::env::var_os("CNTKIO_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => repo().join("../shared"),
-    };
-    assert!(
-        dir.join("data/real/README.md").is_file(),
-        "the shared test material is missing: expected {} (set CNTKIO_SHARED_DIR to the directory holding \
-         data/real, conformance and spec)",
-        dir.display()
-    );
-    dir
-}
-
 fn real(rel: &str) -> PathBuf {
-    shared().join("data/real").join(rel)
+    testdata::real_dir().join(rel)
 }
 
 fn conf(rel: &str) -> PathBuf {
-    shared().join("conformance/cntk").join(rel)
+    testdata::cntk_dir().join(rel)
 }
 
 fn example(rel: &str) -> PathBuf {
@@ -170,15 +158,11 @@ fn write(dir: &Path, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
     p
 }
 
-fn read(p: &Path) -> Vec<u8> {
-    std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-}
-
 fn dir_names(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
 }
 
-// Schemas of the real files (shared/data/real/README.md).
+// Schemas of the real files (testdata/real/README.md).
 const ATIS: [&str; 6] = [
     "--stream",
     "query:943:sparse:S0",

@@ -1,4 +1,4 @@
-//! Parser throughput on the real files of `shared/data/real` and on generated files shaped like the
+//! Parser throughput on the real files of `testdata/real` and on generated files shaped like the
 //! issue's benchmark data (in memory: no I/O). `cargo bench -p cntkio-core`.
 #![allow(missing_docs)] // criterion's macros generate undocumented functions
 
@@ -6,13 +6,9 @@ use cntkio_core::ctf::index::index_bytes;
 use cntkio_core::ctf::parse::{CtfParser, FailFast};
 use cntkio_core::{ChunkData, Schema, StorageFormat, StreamSpec};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use std::path::PathBuf;
 
-fn shared() -> PathBuf {
-    std::env::var("CNTKIO_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-}
+#[path = "../../cntkio/tests/common/testdata.rs"]
+mod testdata;
 
 fn s(name: &str, alias: &str, dim: usize, sparse: bool) -> StreamSpec {
     StreamSpec::new(name, dim, if sparse { StorageFormat::Sparse } else { StorageFormat::Dense }).alias(alias)
@@ -97,24 +93,16 @@ fn benches(c: &mut Criterion) {
         Schema::new(vec![s("f", "features", 100_000, true), s("l", "labels", 10, true)]).unwrap(),
         false,
     );
-    let real = shared().join("data/real");
-    if let Ok(d) = std::fs::read(real.join("atis/atis.train.ctf")) {
-        let sc = Schema::new(vec![s("q", "S0", 943, true), s("i", "S1", 26, true), s("s", "S2", 129, true)]).unwrap();
-        // ATIS has intents on the first row only: the query stream defines the length.
-        let sc =
-            Schema::new(sc.streams().iter().cloned().enumerate().map(|(i, x)| x.defines_mb_size(i == 0)).collect())
-                .unwrap();
-        bench_file(c, "atis_train", &d, sc, false);
-    }
-    if let Ok(d) = std::fs::read(real.join("mnist/MNIST_dense.ctf")) {
-        bench_file(
-            c,
-            "mnist_dense",
-            &d,
-            Schema::new(vec![s("f", "F", 784, false), s("l", "L", 10, false)]).unwrap(),
-            false,
-        );
-    }
+    let real = testdata::real_dir();
+    let atis = testdata::read(&real.join("atis/atis.train.ctf"));
+    let sc = Schema::new(vec![s("q", "S0", 943, true), s("i", "S1", 26, true), s("s", "S2", 129, true)]).unwrap();
+    // ATIS has intents on the first row only: the query stream defines the length.
+    let sc = Schema::new(sc.streams().iter().cloned().enumerate().map(|(i, x)| x.defines_mb_size(i == 0)).collect())
+        .unwrap();
+    bench_file(c, "atis_train", &atis, sc, false);
+    let mnist = testdata::read(&real.join("mnist/MNIST_dense.ctf"));
+    let sc = Schema::new(vec![s("f", "F", 784, false), s("l", "L", 10, false)]).unwrap();
+    bench_file(c, "mnist_dense", &mnist, sc, false);
 }
 
 criterion_group!(parse, benches);

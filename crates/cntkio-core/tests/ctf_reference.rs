@@ -1,7 +1,7 @@
 //! Differential tests of the fast CTF indexer and parser against a slow reference model.
 //!
 //! The reference (`tests/reference/mod.rs`) is a byte-at-a-time transliteration of the Python model
-//! `shared/conformance/tools/ctfref.py` (which agrees with the real CNTK 2.7) and shares no code with
+//! `testdata/model/ctfref.py` (which agrees with the real CNTK 2.7) and shares no code with
 //! `cntkio_core`. Random files come from `tests/reference/gen.rs`. For every case the fast path must give
 //! the same chunks and sequences (keys, declared counts, byte ranges), bit-identical values, the same
 //! number of counted errors and the same fatal outcome, whether the file is parsed whole, chunk by chunk,

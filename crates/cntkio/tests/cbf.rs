@@ -1,5 +1,7 @@
 //! CBF: the real CNTK files, byte-identity with ctf2bin.py, round trips, and a damaged-file corpus.
 
+mod common;
+
 use cntkio::cbf::{CbfFile, CbfOptions, CbfWriter, CbfWriterOptions, Chunking, EmptyStreams, Limits, MetaCounts};
 use cntkio_core::cbf::{self, Header};
 use cntkio_core::ctf::parse::{parse_bytes, FailFast};
@@ -10,22 +12,9 @@ use std::path::{Path, PathBuf};
 
 // ---- fixtures --------------------------------------------------------------------------------------
 
-/// `shared/` lies beside the repository (CI clones it there); `CNTKIO_SHARED` overrides.
-fn shared() -> PathBuf {
-    if let Ok(p) = std::env::var("CNTKIO_SHARED") {
-        return PathBuf::from(p);
-    }
-    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
-    if beside.join("data/real/cbf").is_dir() {
-        return beside;
-    }
-    let fixed = PathBuf::from("/work/shared");
-    assert!(fixed.join("data/real/cbf").is_dir(), "shared/ not found; set CNTKIO_SHARED");
-    fixed
-}
-
+/// `testdata/real/cbf/NAME`: a CNTK-made CBF file or the CTF file it was made from.
 fn real(name: &str) -> PathBuf {
-    shared().join("data/real/cbf").join(name)
+    common::testdata::real_dir().join("cbf").join(name)
 }
 
 fn spec(name: &str, alias: &str, format: StorageFormat, dim: usize, t: ElementType) -> StreamSpec {
@@ -52,7 +41,7 @@ const REAL: [&str; 5] =
 
 /// The CTF twin as CNTK's CTF reader reads it.
 fn parse_ctf(name: &str) -> ChunkData {
-    let text = std::fs::read(real(&format!("{name}.ctf"))).unwrap();
+    let text = common::testdata::read(&real(&format!("{name}.ctf")));
     parse_bytes(&text, &real_schema(name), false, &mut FailFast).unwrap()
 }
 
@@ -64,7 +53,7 @@ fn parse_ctf(name: &str) -> ChunkData {
 fn parse_ctf_as_ctf2bin(name: &str) -> ChunkData {
     let schema = real_schema(name);
     let mut d = parse_ctf(name);
-    let text = String::from_utf8(std::fs::read(real(&format!("{name}.ctf"))).unwrap()).unwrap();
+    let text = String::from_utf8(common::testdata::read(&real(&format!("{name}.ctf")))).unwrap();
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); schema.len()];
     for line in text.lines() {
         for piece in line.split('|').skip(1) {
@@ -174,7 +163,7 @@ fn ctf2bin_mode_reproduces_the_real_bins_byte_for_byte() {
         let mut w = CbfWriter::with_options(&out, &real_schema(name), CbfWriterOptions::ctf2bin(33554432)).unwrap();
         w.write(&ctf).unwrap();
         let sum = w.finish().unwrap();
-        let expected = std::fs::read(real(&format!("{name}.bin"))).unwrap();
+        let expected = common::testdata::read(&real(&format!("{name}.bin")));
         let got = std::fs::read(&out).unwrap();
         assert_eq!(got.len(), expected.len(), "{name}");
         assert!(got == expected, "{name}: bytes differ");
@@ -242,8 +231,8 @@ fn ctf2bin_chunking_bug_is_reproduced() {
 
 #[test]
 fn simple_jagged_sequence_decodes_and_reencodes_identically() {
-    let path = shared().join("conformance/cntk/Data/CNTKBinaryReader/Simple_jagged_sequence.bin");
-    let bytes = std::fs::read(&path).unwrap();
+    let path = common::testdata::cntk_dir().join("Data/CNTKBinaryReader/Simple_jagged_sequence.bin");
+    let bytes = common::testdata::read(&path);
     let f = CbfFile::open(&path).unwrap();
     assert_eq!((f.chunk_count(), f.streams().len()), (101, 8));
     let g = CbfFile::open_with(&path, &CbfOptions::default().mmap(true)).unwrap();
@@ -262,8 +251,8 @@ fn simple_jagged_sequence_decodes_and_reencodes_identically() {
     assert!(cbf::encode_file(f.streams(), &chunks).unwrap() == bytes);
     // The other conformance copies are the same files as data/real/cbf.
     for name in REAL {
-        let a = std::fs::read(shared().join(format!("conformance/cntk/Data/CNTKBinaryReader/{name}.bin"))).unwrap();
-        assert!(a == std::fs::read(real(&format!("{name}.bin"))).unwrap());
+        let a = common::testdata::read(&common::testdata::cntk_dir().join(format!("Data/CNTKBinaryReader/{name}.bin")));
+        assert!(a == common::testdata::read(&real(&format!("{name}.bin"))));
     }
 }
 
@@ -1036,7 +1025,7 @@ fn put(f: &mut [u8], at: u64, bytes: &[u8]) {
 
 #[test]
 fn damaged_headers_are_rejected_with_the_right_field() {
-    let good = std::fs::read(real("10x10_sparse.bin")).unwrap();
+    let good = common::testdata::read(&real("10x10_sparse.bin"));
     let n = good.len() as u64;
     let lim = Limits::default();
     let h = Header::from_file_bytes(&good, &lim).unwrap();
@@ -1115,7 +1104,7 @@ fn damaged_chunk_tables_with_several_chunks() {
 fn damaged_records_are_rejected_with_the_right_field_and_offset() {
     let lim = Limits::default();
     // Sparse: 10x10_sparse, one chunk of 10 sequences at 12, 10 samples × 5 entries each, f64.
-    let good = std::fs::read(real("10x10_sparse.bin")).unwrap();
+    let good = common::testdata::read(&real("10x10_sparse.bin"));
     let rec = 12 + 4 * 10u64; // first record
     let nnz = 50u64;
     let idx = rec + 8 + nnz * 8;
@@ -1146,7 +1135,7 @@ fn damaged_records_are_rejected_with_the_right_field_and_offset() {
     check(&good, "sequence 9 N", Some(last_rec), &|f| put(f, last_rec, &le32(20)));
 
     // Dense: 10x10_dense, f32 dim 5.
-    let good = std::fs::read(real("10x10_dense.bin")).unwrap();
+    let good = common::testdata::read(&real("10x10_dense.bin"));
     let rec = 12 + 4 * 10u64;
     check(&good, "sequence 0 N", Some(rec), &|f| put(f, rec, &le32(u32::MAX)));
     let (h, _) = cbf::decode_file(&good, &lim).unwrap();
@@ -1177,7 +1166,7 @@ fn damaged_records_are_rejected_with_the_right_field_and_offset() {
 #[test]
 fn damaged_files_fail_the_same_way_through_cbf_file() {
     let dir = tempfile::tempdir().unwrap();
-    let good = std::fs::read(real("10x10_sparse.bin")).unwrap();
+    let good = common::testdata::read(&real("10x10_sparse.bin"));
     let p = dir.path().join("bad.bin");
     let mut f = good.clone();
     put(&mut f, 12 + 40 + 4, &le32(0x8000_0000));
@@ -1207,7 +1196,7 @@ proptest! {
         big in any::<bool>(),
     ) {
         let good = match which {
-            0 => std::fs::read(real("10x10_sparse.bin")).unwrap(),
+            0 => common::testdata::read(&real("10x10_sparse.bin")),
             1 => std::fs::read(real("Simple_dense.bin")).unwrap()[..].to_vec(),
             _ => small_multi_chunk(),
         };

@@ -1,6 +1,8 @@
 //! Reading reader sections of CNTK BrainScript configs: the conformance configs of CNTK's reader tests
-//! (`shared/conformance/cntk/Config/`, checked against the test table of `shared/conformance/cntk/INDEX.md`),
+//! (`testdata/cntk/Config/`, checked against the test table of `testdata/cntk/INDEX.md`),
 //! and error cases.
+
+mod common;
 
 use cntkio::config::{
     brainscript, load_reader_config, load_reader_config_file, reader_sections, DeserializerConfig, Randomization,
@@ -14,31 +16,18 @@ const SPARSE: &str = "CNTKTextFormatReader/sparse.cntk";
 const EDGE: &str = "CNTKTextFormatReader/edge_cases.cntk";
 const BINARY: &str = "CNTKBinaryReader/test.cntk";
 
-/// `shared/conformance/cntk/Config`: `$CNTKIO_SHARED_DIR/conformance/cntk/Config`, or the `shared` folder
-/// next to the workspace. `None` (the test is skipped, with a note) if it is not there.
-fn config_dir() -> Option<PathBuf> {
-    let shared = std::env::var_os("CNTKIO_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let dir = shared.join("conformance/cntk/Config");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("note: {} not found; set CNTKIO_SHARED_DIR. Skipping.", dir.display());
-        None
-    }
+/// `testdata/cntk/Config`: the configs of CNTK's reader tests.
+fn config_dir() -> PathBuf {
+    common::testdata::cntk_dir().join("Config")
 }
 
 fn def_mb_size() -> Vec<(String, String)> {
     vec![("defMBSize".to_string(), "true".to_string())]
 }
 
-fn load(file: &str, section: &str, overrides: &[(String, String)]) -> Option<ReaderConfig> {
-    let dir = config_dir()?;
-    Some(
-        load_reader_config_file(dir.join(file), Some(section), overrides, None)
-            .unwrap_or_else(|e| panic!("{file} [{section}]: {e}")),
-    )
+fn load(file: &str, section: &str, overrides: &[(String, String)]) -> ReaderConfig {
+    load_reader_config_file(config_dir().join(file), Some(section), overrides, None)
+        .unwrap_or_else(|e| panic!("{file} [{section}]: {e}"))
 }
 
 /// One stream as the INDEX.md table writes it: input name, alias, dim, format, definesMBSize.
@@ -66,7 +55,7 @@ use StorageFormat::{Dense as D, Sparse as S};
 
 #[test]
 fn every_conformance_section_loads_with_and_without_def_mb_size() {
-    let Some(dir) = config_dir() else { return };
+    let dir = config_dir();
     let mut count = 0;
     for file in [DENSE, SPARSE, EDGE, BINARY] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
@@ -75,8 +64,8 @@ fn every_conformance_section_loads_with_and_without_def_mb_size() {
         let sections = reader_sections(&root);
         assert!(!sections.is_empty(), "{file}");
         for section in &sections {
-            let plain = load(file, section, &[]).unwrap();
-            let with = load(file, section, &def_mb_size()).unwrap();
+            let plain = load(file, section, &[]);
+            let with = load(file, section, &def_mb_size());
             assert!(plain.warnings.is_empty(), "{file} [{section}]: {:?}", plain.warnings);
             assert_eq!(plain.deserializers.len(), with.deserializers.len());
             // `$defMBSize$` follows the command line; without it, the file's `defMbSize=false` applies.
@@ -98,10 +87,10 @@ fn every_conformance_section_loads_with_and_without_def_mb_size() {
 
 #[test]
 fn dense_sections_match_the_test_table() {
-    let Some(dir) = config_dir() else { return };
+    let dir = config_dir();
     let data = dir.join("CNTKTextFormatReader");
 
-    let c = load(DENSE, "Simple", &def_mb_size()).unwrap();
+    let c = load(DENSE, "Simple", &def_mb_size());
     assert_eq!(c.section, "Simple.reader");
     assert_eq!(c.kind, ReaderKind::LegacyCtf);
     assert_eq!(c.legacy_reader.as_deref(), Some("CNTKTextFormatReader"));
@@ -117,12 +106,12 @@ fn dense_sections_match_the_test_table() {
     assert_eq!(c.deserializers[0].file(), "Simple_dense.txt");
     assert_eq!(c.deserializers[0].path(), data.join("Simple_dense.txt"));
 
-    let c = load(DENSE, "Simple_single_stream", &def_mb_size()).unwrap();
+    let c = load(DENSE, "Simple_single_stream", &def_mb_size());
     assert_eq!(c.trace_level, 0);
     assert_eq!(ctf(&c.deserializers[0]).2.trace_level, 0);
     assert_streams(&c.deserializers[0], ElementType::F32, &[("features", "F", 2, D, true)]);
 
-    let c = load(DENSE, "MNIST", &def_mb_size()).unwrap();
+    let c = load(DENSE, "MNIST", &def_mb_size());
     assert_eq!(c.precision, ElementType::F64);
     assert_streams(
         &c.deserializers[0],
@@ -134,13 +123,13 @@ fn dense_sections_match_the_test_table() {
     assert!(c.keep_data_in_memory);
     assert_eq!(c.randomization, Randomization::Off);
 
-    let c = load(DENSE, "1x1", &[]).unwrap();
+    let c = load(DENSE, "1x1", &[]);
     assert_eq!(c.precision, ElementType::F64);
     assert!(c.randomize);
     assert_eq!(c.randomization, Randomization::Chunks(128)); // 4 GiB / 32 MiB
     assert_streams(&c.deserializers[0], ElementType::F64, &[("features", "F", 10000, D, false)]);
 
-    let c = load(DENSE, "10x1_MI", &def_mb_size()).unwrap();
+    let c = load(DENSE, "10x1_MI", &def_mb_size());
     assert_eq!(c.randomization, Randomization::Chunks((4u64 << 30) / 50000));
     assert_streams(
         &c.deserializers[0],
@@ -156,7 +145,7 @@ fn dense_sections_match_the_test_table() {
         ],
     );
 
-    let c = load(DENSE, "100x1", &def_mb_size()).unwrap();
+    let c = load(DENSE, "100x1", &def_mb_size());
     assert_eq!(c.randomization, Randomization::Chunks((4u64 << 30) / 10000));
     assert_streams(
         &c.deserializers[0],
@@ -164,31 +153,28 @@ fn dense_sections_match_the_test_table() {
         &[("features", "F", 100, D, false), ("labels", "L", 100, D, true)],
     );
 
-    let c = load(DENSE, "50x20_jagged_sequences", &def_mb_size()).unwrap();
+    let c = load(DENSE, "50x20_jagged_sequences", &def_mb_size());
     assert_streams(&c.deserializers[0], ElementType::F64, &[("features", "F0", 3, D, true)]);
     assert_eq!(c.randomization, Randomization::Off);
 }
 
 #[test]
 fn sparse_and_edge_sections_match_the_test_table() {
-    if config_dir().is_none() {
-        return;
-    }
-    let c = load(SPARSE, "1x1", &def_mb_size()).unwrap();
+    let c = load(SPARSE, "1x1", &def_mb_size());
     assert_streams(&c.deserializers[0], ElementType::F32, &[("features", "F0", 10000, S, true)]);
-    let c = load(SPARSE, "10x10", &def_mb_size()).unwrap();
+    let c = load(SPARSE, "10x10", &def_mb_size());
     assert_streams(&c.deserializers[0], ElementType::F64, &[("features", "F0", 100, S, true)]);
     assert_eq!(c.randomization, Randomization::Off);
-    let c = load(SPARSE, "3x5_MI", &def_mb_size()).unwrap();
+    let c = load(SPARSE, "3x5_MI", &def_mb_size());
     assert_streams(
         &c.deserializers[0],
         ElementType::F32,
         &[("features1", "F0", 2, S, true), ("features2", "F1", 20, S, false), ("features3", "F2", 200, S, false)],
     );
-    let c = load(SPARSE, "100x100_jagged", &[]).unwrap();
+    let c = load(SPARSE, "100x100_jagged", &[]);
     assert_streams(&c.deserializers[0], ElementType::F32, &[("features", "F0", 20, S, false)]);
 
-    let c = load(EDGE, "space_separated", &def_mb_size()).unwrap();
+    let c = load(EDGE, "space_separated", &def_mb_size());
     assert!(c.randomize); // the section does not set it
     assert_eq!(c.randomization, Randomization::Chunks(128));
     assert_streams(
@@ -196,22 +182,22 @@ fn sparse_and_edge_sections_match_the_test_table() {
         ElementType::F64,
         &[("features1", "F1", 15, D, true), ("features2", "F2", 12, D, false), ("features3", "F3", 1, D, false)],
     );
-    let c = load(EDGE, "missing_trailing_newline", &[]).unwrap();
+    let c = load(EDGE, "missing_trailing_newline", &[]);
     assert_streams(&c.deserializers[0], ElementType::F64, &[("features", "features", 1, D, false)]);
-    let c = load(EDGE, "blank_lines", &def_mb_size()).unwrap();
+    let c = load(EDGE, "blank_lines", &def_mb_size());
     assert!(ctf(&c.deserializers[0]).2.skip_sequence_ids);
-    let c = load(EDGE, "blank_lines_ignored", &[]).unwrap();
+    let c = load(EDGE, "blank_lines_ignored", &[]);
     assert_eq!(ctf(&c.deserializers[0]).2.max_errors, 2);
     assert!(!ctf(&c.deserializers[0]).2.skip_sequence_ids);
     assert_eq!(c.max_errors, 2);
     assert_eq!(c.randomization, Randomization::Off);
-    let c = load(EDGE, "empty_samples", &def_mb_size()).unwrap();
+    let c = load(EDGE, "empty_samples", &def_mb_size());
     assert_streams(
         &c.deserializers[0],
         ElementType::F32,
         &[("features", "F0", 10, D, true), ("labels", "F1", 10, S, false)],
     );
-    let c = load(EDGE, "ref_data_with_escape_sequences", &def_mb_size()).unwrap();
+    let c = load(EDGE, "ref_data_with_escape_sequences", &def_mb_size());
     assert_streams(
         &c.deserializers[0],
         ElementType::F32,
@@ -221,9 +207,9 @@ fn sparse_and_edge_sections_match_the_test_table() {
 
 #[test]
 fn composite_sections_give_their_deserializers() {
-    let Some(dir) = config_dir() else { return };
+    let dir = config_dir();
     let data = dir.join("CNTKTextFormatReader");
-    let c = load(DENSE, "5x10_and_5x5_jagged_composite", &def_mb_size()).unwrap();
+    let c = load(DENSE, "5x10_and_5x5_jagged_composite", &def_mb_size());
     assert_eq!(c.kind, ReaderKind::Composite);
     assert_eq!(c.legacy_reader, None);
     assert_eq!(c.precision, ElementType::F64);
@@ -237,7 +223,7 @@ fn composite_sections_give_their_deserializers() {
     assert_eq!(c.randomization, Randomization::Chunks(128));
     assert!(c.local_timeline && c.check_data && c.use_numeric_sequence_keys);
 
-    let c = load(DENSE, "5x10_and_5x5_jagged", &[]).unwrap();
+    let c = load(DENSE, "5x10_and_5x5_jagged", &[]);
     assert_eq!(c.deserializers.len(), 1);
     assert_streams(
         &c.deserializers[0],
@@ -248,7 +234,7 @@ fn composite_sections_give_their_deserializers() {
 
 #[test]
 fn binary_sections_give_cbf_deserializers() {
-    let Some(dir) = config_dir() else { return };
+    let dir = config_dir();
     let data = dir.join("CNTKBinaryReader");
     let cases = [
         ("Simple", "Simple_dense.bin", ElementType::F32, false),
@@ -260,7 +246,7 @@ fn binary_sections_give_cbf_deserializers() {
         ("100x100x3_randomize_auto", "100x100x3_jagged_sequences_dense.bin", ElementType::F64, true),
     ];
     for (section, file, precision, randomize) in cases {
-        let c = load(BINARY, section, &[]).unwrap();
+        let c = load(BINARY, section, &[]);
         assert_eq!(c.kind, ReaderKind::LegacyCbf, "{section}");
         assert_eq!(c.precision, precision, "{section}");
         assert_eq!(c.randomize, randomize, "{section}");
@@ -271,8 +257,8 @@ fn binary_sections_give_cbf_deserializers() {
         };
         assert_eq!((f.as_str(), path.clone(), renames.len(), *p), (file, data.join(file), 0, precision));
     }
-    assert!(load(BINARY, "MNIST", &[]).unwrap().keep_data_in_memory);
-    let c = load(BINARY, "5_inputs_100x10_jagged_mixed", &[]).unwrap();
+    assert!(load(BINARY, "MNIST", &[]).keep_data_in_memory);
+    let c = load(BINARY, "5_inputs_100x10_jagged_mixed", &[]);
     let DeserializerConfig::Cbf { renames, .. } = &c.deserializers[0] else { panic!() };
     let expected: Vec<(String, String)> = ["a", "b", "c", "d", "e"]
         .iter()
@@ -286,7 +272,7 @@ fn binary_sections_give_cbf_deserializers() {
 
 #[test]
 fn data_dir_and_error_paths() {
-    let Some(dir) = config_dir() else { return };
+    let dir = config_dir();
     let c = load_reader_config_file(dir.join(DENSE), Some("Simple"), &[], Some(Path::new("/data"))).unwrap();
     assert_eq!(c.deserializers[0].path(), Path::new("/data/Simple_dense.txt"));
     assert_eq!(c.deserializers[0].file(), "Simple_dense.txt");

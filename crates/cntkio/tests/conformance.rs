@@ -1,4 +1,4 @@
-//! CNTK's own CTF reader tests (`shared/conformance/cntk`, see its INDEX.md): every control file is
+//! CNTK's own CTF reader tests (`testdata/cntk`, see its INDEX.md): every control file is
 //! regenerated from cntkio's reader with CNTK's test harness semantics and compared token by token.
 
 mod common;
@@ -8,16 +8,16 @@ use cntkio::randomize::{
     Window,
 };
 use cntkio::{ChunkData, CtfOptions, CtfReader, Error, ErrorKind, Layout, Schema, StorageFormat, StreamSpec};
-use common::{fmt_g, layout_packed, shared_dir};
+use common::testdata::{cntk_dir, real_dir};
+use common::{fmt_g, layout_packed};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 fn data(name: &str) -> PathBuf {
-    shared_dir().join("conformance/cntk/Data/CNTKTextFormatReader").join(name)
+    cntk_dir().join("Data/CNTKTextFormatReader").join(name)
 }
 fn control(name: &str) -> String {
-    std::fs::read_to_string(shared_dir().join("conformance/cntk/Control/CNTKTextFormatReader").join(name))
-        .expect("control file")
+    common::testdata::read_to_string(&cntk_dir().join("Control/CNTKTextFormatReader").join(name))
 }
 
 /// A stream of a test: (name, alias, dense, dim, definesMBSize).
@@ -556,7 +556,7 @@ struct Cbf {
 
 impl Cbf {
     fn open(name: &str) -> Cbf {
-        let p = shared_dir().join("conformance/cntk/Data/CNTKBinaryReader").join(name);
+        let p = cntk_dir().join("Data/CNTKBinaryReader").join(name);
         let file = cntkio::cbf::CbfFile::open(&p).expect("a valid CBF file");
         let mut key = 0u64;
         let (mut chunks, mut seqs, mut data) = (Vec::new(), Vec::new(), Vec::new());
@@ -629,12 +629,12 @@ fn cbf_reader_tests_compare_with_the_ctf_control_files() {
     }
 }
 
-/// `shared/data/real/edge/`: CNTK's edge-case inputs with CNTK's recorded outputs (`expected/`).
+/// `testdata/real/edge/`: CNTK's edge-case inputs with CNTK's recorded outputs (`expected/`).
 #[test]
 fn real_edge_cases_give_cntks_expected_outputs() {
-    let edge = shared_dir().join("data/real/edge");
+    let edge = real_dir().join("edge");
     let expected = |f: &str| -> Vec<String> {
-        std::fs::read_to_string(edge.join("expected").join(f)).unwrap().split_whitespace().map(String::from).collect()
+        common::testdata::read_to_string(&edge.join("expected").join(f)).split_whitespace().map(String::from).collect()
     };
     let reader = |f: &str, st: &[S], max_errors: u64, skip: bool| {
         let opts =

@@ -1,10 +1,10 @@
 //! Differential tests of cntkio's CTF reading against models of CNTK 2.7.
 //!
-//! * Against the Python model `shared/conformance/tools/ctfref.py` (which agrees with the real CNTK 2.7
+//! * Against the Python model `testdata/model/ctfref.py` (which agrees with the real CNTK 2.7
 //!   binaries), through `tools/ctf_oracle.py`: every file of CNTK's own reader tests with the stream
 //!   configurations of `run_cntk_unit_tests.py` (with and without `definesMBSize`), every `.ctf` of
-//!   `shared/data/real/`, and a few hundred generated files (one Python process per batch).
-//!   When `python3` or `shared/` is missing these tests print a note and pass.
+//!   `testdata/real/`, and a few hundred generated files (one Python process per batch).
+//!   When `python3` is missing these tests print a note and pass.
 //! * Against the Rust reference model (`cntkio-core/tests/reference`), on random files written to temp
 //!   files: `CtfReader` (index with 1 and 2 threads, `load_chunk` of every chunk in order) and `scan_file`
 //!   (1 and 2 parser threads), each with `Access::Read` and `Access::Mmap`, must all give what the model
@@ -15,6 +15,7 @@
 //! that stops reading (by kind), and, where cntkio reports it, the number of tolerated errors. cntkio
 //! delivers whole chunks, so after a failure only the chunks the model completed before it are compared.
 
+mod common;
 #[path = "../../cntkio-core/tests/reference/mod.rs"]
 mod reference;
 
@@ -440,34 +441,8 @@ fn describe_diff(what: &str, want: &Observed, got: &Observed) -> String {
 // ------------------------------------------------------------------------------------------------
 // The Python model
 
-/// `shared/`: `$CNTKIO_SHARED_DIR`, or `<repo>/../shared`.
-fn shared_dir() -> PathBuf {
-    std::env::var_os("CNTKIO_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-}
-
 fn oracle_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/ctf_oracle.py")
-}
-
-/// True if the Python model can run here; prints why not otherwise.
-fn model_available() -> bool {
-    let model = shared_dir().join("conformance/tools/ctfref.py");
-    if !model.is_file() {
-        eprintln!(
-            "note: {} not found (set CNTKIO_SHARED_DIR); skipping the Python-model differential.",
-            model.display()
-        );
-        return false;
-    }
-    match Command::new("python3").arg("--version").output() {
-        Ok(o) if o.status.success() => true,
-        _ => {
-            eprintln!("note: python3 is not available; skipping the Python-model differential.");
-            false
-        }
-    }
 }
 
 /// Runs the oracle on a batch of jobs (one Python process).
@@ -475,7 +450,6 @@ fn run_oracle(jobs: &[Job]) -> Vec<Observed> {
     let input = Value::Array(jobs.iter().map(Job::to_json).collect()).to_string();
     let mut child = Command::new("python3")
         .arg(oracle_script())
-        .env("CNTKIO_SHARED_DIR", shared_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -625,7 +599,7 @@ fn unit_test_jobs(dir: &Path) -> Vec<Job> {
     jobs.into_iter().flat_map(|(j, m)| both_mb(j, m)).collect()
 }
 
-/// The configurations of `shared/data/real/README.md`.
+/// The configurations of `testdata/real/README.md`.
 fn real_data_jobs(dir: &Path) -> Vec<Job> {
     use Elem::{F32, F64};
     let p = |f: &str| dir.join(f);
@@ -729,10 +703,10 @@ fn real_data_jobs(dir: &Path) -> Vec<Job> {
 
 #[test]
 fn cntk_unit_test_files_match_python_model() {
-    if !model_available() {
+    if !common::testdata::python_model_runs("ctfref.py") {
         return;
     }
-    let dir = shared_dir().join("conformance/cntk/Data/CNTKTextFormatReader");
+    let dir = common::testdata::cntk_dir().join("Data/CNTKTextFormatReader");
     let jobs = unit_test_jobs(&dir);
     for f in std::fs::read_dir(&dir).unwrap() {
         let f = f.unwrap().path();
@@ -744,10 +718,10 @@ fn cntk_unit_test_files_match_python_model() {
 
 #[test]
 fn real_files_match_python_model() {
-    if !model_available() {
+    if !common::testdata::python_model_runs("ctfref.py") {
         return;
     }
-    let jobs = real_data_jobs(&shared_dir().join("data/real"));
+    let jobs = real_data_jobs(&common::testdata::real_dir());
     let (n, seqs) = check_against_model(&jobs);
     eprintln!("{n} configurations, {seqs} sequences compared");
 }
@@ -770,7 +744,7 @@ fn write_case(dir: &Path, i: usize, c: &Case) -> Job {
 
 #[test]
 fn random_files_match_python_model() {
-    if !model_available() {
+    if !common::testdata::python_model_runs("ctfref.py") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -849,7 +823,7 @@ fn large_files_match_reference() {
 /// Bug 1 (fixed; see `cntkio-core/tests/ctf_reference.rs`): a digits-only last row without `\n` in id mode.
 #[test]
 fn bug_digits_only_last_row_matches_python_model() {
-    if !model_available() {
+    if !common::testdata::python_model_runs("ctfref.py") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

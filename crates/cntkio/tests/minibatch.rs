@@ -1,10 +1,10 @@
 //! The minibatch source (`cntkio::source`): the worked examples of READER.md (§3.6, §4, §6, §8.3), a
 //! differential test against the Python model of CNTK 2.7's V2 `MinibatchSource` (`tools/v2_oracle.py` over
-//! `shared/conformance/tools`) on random CTF files and options, CBF and multi-file sources, and laws as
+//! `testdata/model`) on random CTF files and options, CBF and multi-file sources, and laws as
 //! property tests (every sweep delivers every sequence once; workers are disjoint and cover the data; a
 //! restore continues identically).
 //!
-//! When `python3` or `shared/` is missing the differential test prints a note and passes.
+//! When `python3` is missing the differential test prints a note and passes.
 
 mod common;
 
@@ -369,27 +369,11 @@ fn multi_file_source_concatenates_shards() {
 // ---------------------------------------------------------------------------------------------------------
 // Differential against the Python model.
 
-fn model_available() -> bool {
-    let model = common::shared_dir().join("conformance/tools/v2model.py");
-    if !model.is_file() {
-        eprintln!("note: {} not found; skipping the V2 model differential.", model.display());
-        return false;
-    }
-    match Command::new("python3").arg("--version").output() {
-        Ok(o) if o.status.success() => true,
-        _ => {
-            eprintln!("note: python3 is not available; skipping the V2 model differential.");
-            false
-        }
-    }
-}
-
 fn run_oracle(jobs: &[Value]) -> Vec<Value> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/v2_oracle.py");
     let input = Value::Array(jobs.to_vec()).to_string();
     let mut child = Command::new("python3")
         .arg(script)
-        .env("CNTKIO_SHARED_DIR", common::shared_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -584,7 +568,7 @@ fn random_job(rng: &mut Rng, dir: &Path, i: usize) -> Value {
 
 #[test]
 fn random_runs_match_python_model() {
-    if !model_available() {
+    if !common::testdata::python_model_runs("v2model.py") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1153,7 +1137,7 @@ fn bptt_new_minibatch_size_starts_new_rows() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// CNTK's reader tests (shared/conformance/cntk, INDEX.md) through the V2 source. The control files were
+// CNTK's reader tests (testdata/cntk, INDEX.md) through the V2 source. The control files were
 // written by the legacy epoch loop; epoch e = [e·E, (e+1)·E) is a V2 run ending at (e+1)·E restored to
 // e·E (the legacy epoch start seeks there, READER.md §4.5, §8.2). With one worker the legacy limits
 // (global = local = M, no minibatch across a sweep end) give the same minibatches as V2's in every case
@@ -1161,7 +1145,7 @@ fn bptt_new_minibatch_size_starts_new_rows() {
 // written, each stream time-major over CNTK's first-fit layout, values as `%g`.
 
 fn conformance_data(dir: &str, name: &str) -> PathBuf {
-    common::shared_dir().join("conformance/cntk/Data").join(dir).join(name)
+    common::testdata::cntk_dir().join("Data").join(dir).join(name)
 }
 
 /// A conformance stream: (name, alias, dense, dim, definesMBSize).
@@ -1250,8 +1234,9 @@ fn v2_epochs(
 
 fn check_control(name: &str, got: Result<Vec<String>, cntkio::Error>, control: &str) {
     let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
-    let path = common::shared_dir().join("conformance/cntk/Control/CNTKTextFormatReader").join(control);
-    let text = std::fs::read_to_string(path).unwrap();
+    let text = common::testdata::read_to_string(
+        &common::testdata::cntk_dir().join("Control/CNTKTextFormatReader").join(control),
+    );
     let want: Vec<&str> = text.split_whitespace().collect();
     let joined = got.join(" ");
     let got: Vec<&str> = joined.split_whitespace().collect();
@@ -1264,10 +1249,6 @@ fn check_control(name: &str, got: Result<Vec<String>, cntkio::Error>, control: &
 
 #[test]
 fn cntk_reader_control_files_through_the_v2_source() {
-    if !common::shared_dir().join("conformance/cntk/INDEX.md").is_file() {
-        eprintln!("note: shared/conformance/cntk not found; skipping.");
-        return;
-    }
     const M32: u64 = 32 << 20;
     let w = |chunk: u64| Some((1u64 << 32) / chunk);
     for dmb in [false, true] {
@@ -1436,7 +1417,7 @@ fn cntk_reader_control_files_through_the_v2_source() {
 
 // ---------------------------------------------------------------------------------------------------------
 // The behaviours of CNTK 2.7's Python io tests (`cntk/io/tests/io_tests.py` in the cntk 2.7 wheel, listed
-// in shared/conformance/cntk/INDEX.md), on their small inline inputs.
+// in testdata/cntk/INDEX.md), on their small inline inputs.
 
 const MBDATA_DENSE_1: &str = "0  |S0 0   |S1 0\n0   |S0 1   |S1 1\n0   |S0 2\n0   |S0 3   |S1 3\n1   |S0 4\n\
                               1   |S0 5   |S1 1\n1   |S0 6   |S1 2\n";

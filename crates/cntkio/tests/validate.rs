@@ -108,18 +108,14 @@ fn ctf_verdicts_and_counts() {
 
 #[test]
 fn cbf_valid_and_damaged() {
-    let real = common::shared_dir().join("data/real/cbf");
-    if !real.is_dir() {
-        eprintln!("skipped: no shared data");
-        return;
-    }
+    let real = common::testdata::real_dir().join("cbf");
     let r =
         validate_cbf(&real.join("Simple_dense.bin"), &CbfOptions::default(), &ValidateOptions::default(), &mut |_| {})
             .unwrap();
     assert_eq!((r.format, r.sequences, r.samples, r.valid()), (Format::Cbf, 10000, 10000, true));
     assert!(r.problems.is_empty() && r.verdict() == "valid");
     let d = tempfile::tempdir().unwrap();
-    let mut bytes = std::fs::read(real.join("10x10_dense.bin")).unwrap();
+    let mut bytes = common::testdata::read(&real.join("10x10_dense.bin"));
     bytes[52..56].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
     let p = d.path().join("n.bin");
     std::fs::write(&p, &bytes).unwrap();

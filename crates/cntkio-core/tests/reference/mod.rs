@@ -1,6 +1,6 @@
 //! A slow, obviously-correct reference model of CNTK 2.7's CTF indexer and parser.
 //!
-//! This is a byte-at-a-time transliteration of `shared/conformance/tools/ctfref.py` (the Python model that
+//! This is a byte-at-a-time transliteration of `testdata/model/ctfref.py` (the Python model that
 //! agrees with the real CNTK 2.7 binaries), including its `btr` ("bytes to read") bookkeeping and its
 //! `maxErrors` budget (`err()` fails when the budget is used up). It deliberately shares **no code** with
 //! the fast path in `cntkio_core`: the number state machine (CTF.md §5.3) is written again here with plain

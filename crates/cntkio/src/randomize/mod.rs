@@ -3,7 +3,7 @@
 //! This module decides *which* sequence comes next; it reads no files, starts no threads, reads no clock
 //! and has no global random state. Its output is a pure function of the chunk/sequence structure exposed
 //! by a [`SequenceSource`], the configuration (window, seed, epoch, workers) and the calls made. The order
-//! is a public contract: it matches CNTK 2.7 and the model in `shared/conformance/tools/readerref.py`,
+//! is a public contract: it matches CNTK 2.7 and the model in `testdata/model/readerref.py`,
 //! and `tests/shuffle.rs` pins it with golden and differential fixtures.
 //!
 //! * [`BlockRandomizer`] — randomization on: chunks are permuted every sweep ([`ChunkRandomizer`]) and

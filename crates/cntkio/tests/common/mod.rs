@@ -1,24 +1,10 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use cntkio::{Schema, StorageFormat, StreamSpec};
-use std::path::PathBuf;
-use std::sync::Arc;
+pub mod testdata;
 
-/// The `shared/` folder beside the repository (or `$CNTKIO_SHARED_DIR`). The conformance material lives
-/// there; tests that need it fail loudly when it is missing.
-pub fn shared_dir() -> PathBuf {
-    if let Ok(d) = std::env::var("CNTKIO_SHARED_DIR") {
-        return PathBuf::from(d);
-    }
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
-    assert!(
-        d.join("conformance").is_dir(),
-        "the conformance material is missing: expected {} (or set CNTKIO_SHARED_DIR)",
-        d.display()
-    );
-    d
-}
+use cntkio::{Schema, StorageFormat, StreamSpec};
+use std::sync::Arc;
 
 /// C's `printf("%g", v)`: 6 significant digits, trailing zeros removed, exponent with at least 2 digits.
 pub fn fmt_g(v: f64) -> String {
