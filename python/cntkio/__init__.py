@@ -31,6 +31,7 @@ from cntkio import _native
 from cntkio._errors import (
     CntkError,
     FormatError,
+    InternalError,
     IoError,
     LimitError,
     NotFoundError,
@@ -54,6 +55,7 @@ __all__ = [
     "CntkError",
     "Data",
     "FormatError",
+    "InternalError",
     "IoError",
     "LimitError",
     "NotFoundError",

@@ -9,6 +9,7 @@ import numpy.typing as npt
 from cntkio._errors import (
     CntkError as CntkError,
     FormatError as FormatError,
+    InternalError as InternalError,
     IoError as IoError,
     LimitError as LimitError,
     NotFoundError as NotFoundError,

@@ -10,7 +10,8 @@ class CntkError(Exception):
     """Base class of every error cntkio raises about data, options or files.
 
     Attributes (``None`` where unknown): ``code`` (stable, e.g. ``"E0015"``), ``kind`` (e.g.
-    ``"SparseIndexOutOfRange"``), ``category`` (``"format"``, ``"usage"``, ``"limit"``, ``"io"``),
+    ``"SparseIndexOutOfRange"``), ``category`` (``"format"``, ``"usage"``, ``"limit"``, ``"io"``,
+    ``"internal"``),
     ``message`` (without the position), ``help``, and the position: ``path``, ``line`` and ``column``
     (1-based), ``byte`` (0-based offset), ``sequence_id``. ``str(e)`` is ``path:line:column: error[CODE]:
     message``.
@@ -52,6 +53,12 @@ class LimitError(CntkError):
     category = "limit"
 
 
+class InternalError(CntkError, RuntimeError):
+    """A bug in cntkio (code ``E9001``): one of its own invariants does not hold. Please report it."""
+
+    category = "internal"
+
+
 class IoError(CntkError, OSError):
     """Reading or writing a file failed (``errno``, ``strerror`` and ``filename`` as for ``OSError``)."""
 
@@ -66,18 +73,30 @@ class PermissionDeniedError(IoError, PermissionError):
     """A file may not be read or written."""
 
 
-for _cls in (CntkError, FormatError, UsageError, LimitError, IoError, NotFoundError, PermissionDeniedError):
+for _cls in (
+    CntkError,
+    FormatError,
+    UsageError,
+    LimitError,
+    InternalError,
+    IoError,
+    NotFoundError,
+    PermissionDeniedError,
+):
     _cls.__module__ = "cntkio"
 
-_BY_CATEGORY = {"format": FormatError, "usage": UsageError, "limit": LimitError, "io": IoError}
+# A stable code's first digit is its category (E0xxx format, E1xxx usage, E2xxx I/O, E3xxx limit, E9xxx bug).
+_BY_CODE_DIGIT = {"0": FormatError, "1": UsageError, "2": IoError, "3": LimitError, "9": InternalError}
 _FIELDS = ("code", "kind", "message", "help", "path", "line", "column", "byte", "sequence_id", "display")
 
 
 def _from_native(fields: Dict[str, Any]) -> CntkError:
-    """Builds the exception for an error of the Rust library (called by the extension)."""
-    category = fields.get("category") or "format"
+    """Builds the exception for an error of the Rust library (called by the extension); its class follows
+    from the stable code."""
+    code = fields.get("code") or ""
+    base = _BY_CODE_DIGIT.get(code[1:2], CntkError)
     exc: CntkError
-    if category == "io":
+    if base is IoError:
         cls: type = IoError
         io_kind = fields.get("io_kind")
         err = fields.get("errno")
@@ -90,7 +109,7 @@ def _from_native(fields: Dict[str, Any]) -> CntkError:
         else:
             exc = cls(err, fields["message"], fields.get("path"))
     else:
-        exc = _BY_CATEGORY.get(category, CntkError)(fields["message"])
+        exc = base(fields["message"])
     for name in _FIELDS:
         setattr(exc, name, fields.get(name))
     return exc

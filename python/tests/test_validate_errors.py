@@ -199,6 +199,32 @@ def test_duplicate_alias_code(examples):
     assert e.value.code == "E1003" and e.value.kind == "DuplicateAlias"
 
 
+def test_typed_errors_name_their_kind_and_code(examples):
+    src = cntkio.MinibatchSource(CTFDeserializer(examples / "logreg.ctf", StreamDefs(x=StreamDef(field="features", shape=2))))
+    with pytest.raises(cntkio.UsageError) as e:
+        src.restore_from_checkpoint({"version": 99})
+    assert (e.value.code, e.value.kind, e.value.category) == ("E1007", "InvalidState", "usage")
+    assert e.value.message.startswith("not a minibatch source state")
+
+
+@pytest.mark.parametrize(
+    "code,cls",
+    [
+        ("E0026", cntkio.FormatError),
+        ("E0100", cntkio.FormatError),
+        ("E1010", cntkio.UsageError),
+        ("E3002", cntkio.LimitError),
+        ("E9001", cntkio.InternalError),
+    ],
+)
+def test_exception_class_follows_the_code(code, cls):
+    from cntkio._errors import _from_native
+
+    exc = _from_native({"code": code, "message": "m", "display": f"error[{code}]: m", "category": "usage"})
+    assert type(exc) is cls and exc.code == code and str(exc) == f"error[{code}]: m"
+    assert issubclass(cntkio.InternalError, (cntkio.CntkError, RuntimeError))
+
+
 def test_rust_log_records_reach_logging(real, caplog):
     d = CBFDeserializer(real / "cbf" / "Simple_dense.bin", StreamDefs(x=StreamDef(field="no_such_stream")))
     with caplog.at_level(logging.WARNING):

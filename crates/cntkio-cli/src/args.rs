@@ -255,21 +255,35 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
 }
 
+/// Parses a `--precision` value.
+pub fn precision(p: &str) -> Result<ElementType, Error> {
+    ElementType::parse(p).ok_or_else(|| Error::option_value("--precision", p, "must be float or double"))
+}
+
+/// The error for a command given no input.
+fn no_input() -> Error {
+    Error::config("no input file given (give FILE arguments or --config FILE.cntk)")
+}
+
 /// Parses one `--stream` value.
 pub fn parse_stream(s: &str, element_type: ElementType) -> Result<StreamSpec, Error> {
     let parts: Vec<&str> = s.split(':').collect();
     if !(3..=4).contains(&parts.len()) {
-        return Err(Error::config(format!(
-            "--stream {s:?}: expected NAME:DIM:dense|sparse[:ALIAS], for example features:784:dense:F"
-        )));
+        return Err(Error::option_value(
+            "--stream",
+            s,
+            "expected NAME:DIM:dense|sparse[:ALIAS], for example features:784:dense:F",
+        ));
     }
     let dim: usize = parts[1].parse().map_err(|_| {
-        Error::config(format!("--stream {s:?}: DIM must be a non-negative integer, found {:?}", parts[1]))
+        Error::option_value("--stream", s, format!("DIM must be a non-negative integer, found {:?}", parts[1]))
     })?;
     let format = match parts[2].to_ascii_lowercase().as_str() {
         "dense" => StorageFormat::Dense,
         "sparse" => StorageFormat::Sparse,
-        other => return Err(Error::config(format!("--stream {s:?}: format must be dense or sparse, found {other:?}"))),
+        other => {
+            return Err(Error::option_value("--stream", s, format!("format must be dense or sparse, found {other:?}")))
+        }
     };
     let mut spec = StreamSpec::new(parts[0], dim, format).element_type(element_type);
     if let Some(a) = parts.get(3) {
@@ -295,7 +309,7 @@ impl ReadArgs {
             return self.inputs_with_cbf(files);
         }
         if files.is_empty() {
-            return Err(Error::config("no input file given (give FILE arguments or --config FILE.cntk)"));
+            return Err(no_input());
         }
         let mut jobs = Vec::new();
         let mut ctf: Option<(Schema, CtfOptions)> = None;
@@ -373,7 +387,7 @@ impl ReadArgs {
     pub fn inputs(&self, files: &[PathBuf]) -> Result<Vec<Input>, Error> {
         let Some(cfg_path) = &self.config else {
             if files.is_empty() {
-                return Err(Error::config("no input file given (give FILE arguments or --config FILE.cntk)"));
+                return Err(no_input());
             }
             let (schema, options) = self.schema_and_options()?;
             return Ok(files
@@ -401,17 +415,21 @@ impl ReadArgs {
             }
         }
         if from_config.is_empty() {
-            return Err(Error::config(format!("{}: the reader section has no CTF deserializer", cfg_path.display())));
+            let config = cfg_path.display().to_string();
+            return Err(Error::option_value("--config", config, "the reader section has no CTF deserializer"));
         }
         let mut inputs = if files.is_empty() {
             from_config
         } else {
             if from_config.len() > 1 {
-                return Err(Error::config(format!(
-                    "{} has {} deserializers; give no FILE arguments to read each with its own streams",
-                    cfg_path.display(),
-                    from_config.len()
-                )));
+                return Err(Error::option_value(
+                    "--config",
+                    cfg_path.display().to_string(),
+                    format!(
+                        "has {} deserializers; give no FILE arguments to read each with its own streams",
+                        from_config.len()
+                    ),
+                ));
             }
             let first = &from_config[0];
             files
@@ -432,14 +450,12 @@ impl ReadArgs {
             i.schema = schema;
         }
         if let Some(p) = &self.precision {
-            let t = ElementType::parse(p)
-                .ok_or_else(|| Error::config(format!("--precision must be float or double, found {p:?}")))?;
-            i.schema = i.schema.with_element_type(t);
+            i.schema = i.schema.with_element_type(precision(p)?);
         }
         if let Some(m) = &self.defines_mb_size {
             let mut streams = i.schema.streams().to_vec();
             if !streams.iter().any(|s| &s.name == m) {
-                return Err(Error::config(format!("--defines-mb-size {m:?}: no stream has this name")));
+                return Err(Error::option_value("--defines-mb-size", m, "no stream has this name"));
             }
             for s in &mut streams {
                 s.defines_mb_size = &s.name == m;
@@ -479,8 +495,7 @@ impl ReadArgs {
     pub fn schema_and_options(&self) -> Result<(Schema, CtfOptions), Error> {
         let element_type = match &self.precision {
             None => ElementType::F32,
-            Some(p) => ElementType::parse(p)
-                .ok_or_else(|| Error::config(format!("--precision must be float or double, found {p:?}")))?,
+            Some(p) => precision(p)?,
         };
         if self.streams.is_empty() {
             return Err(Error::new(cntkio::ErrorKind::NoStreams));
@@ -498,10 +513,8 @@ impl ReadArgs {
                         Some(s) => format!(" (\"{m}\" is the alias of stream \"{}\"; give the name)", s.name),
                         None => String::new(),
                     };
-                    return Err(Error::config(format!(
-                        "--defines-mb-size {m:?}: no stream has this name{hint}; streams: {}",
-                        names.join(", ")
-                    )));
+                    let problem = format!("no stream has this name{hint}; streams: {}", names.join(", "));
+                    return Err(Error::option_value("--defines-mb-size", m, problem));
                 }
             }
         }

@@ -72,7 +72,7 @@ pub fn config(a: &BatchesArgs) -> MinibatchConfig {
 /// with `--checkpoint-after` will do), or the bare state object.
 pub fn read_state(path: &std::path::Path) -> Result<SourceState, Error> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
-    let bad = |m: String| Error::config(format!("{}: {m}", path.display()));
+    let bad = |m: String| Error::state(m).with_path(path.display().to_string());
     let line = text
         .lines()
         .find(|l| l.trim_start().starts_with("{\"state\""))
@@ -80,7 +80,7 @@ pub fn read_state(path: &std::path::Path) -> Result<SourceState, Error> {
         .ok_or_else(|| bad("no {\"state\": …} line".into()))?;
     let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
     let st = v.get("state").unwrap_or(&v);
-    SourceState::from_json(&st.to_string()).map_err(|e| bad(e.to_string()))
+    SourceState::from_json(&st.to_string()).map_err(|e| e.with_path(path.display().to_string()))
 }
 
 /// Appends one minibatch as a JSON line.
@@ -131,7 +131,7 @@ pub fn push_state_line(out: &mut Vec<u8>, state: &SourceState) {
 /// Runs `batches`.
 pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
     if a.mb_size == 0 {
-        return Err(Error::config("--mb-size must be > 0"));
+        return Err(Error::option("--mb-size", "must be > 0"));
     }
     let jobs = a.read.jobs(&a.files)?;
     let source = deserializer(&jobs, a.read.mmap)?;

@@ -195,7 +195,7 @@ pub fn bench(path: &Path, mmap: bool, threads: usize, repeat: usize) -> Result<B
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::config("a decoder thread panicked"))))
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("a decoder thread panicked"))))
                 .collect()
         });
         let secs = t.elapsed().as_secs_f64();

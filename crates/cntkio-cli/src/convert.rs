@@ -117,8 +117,7 @@ fn converting<T>(output: &Path, f: impl FnOnce() -> Result<T, Error>) -> Result<
 pub fn read_header(path: &Path, precision: Option<&str>) -> Result<Schema, Error> {
     let t = match precision {
         None => ElementType::F32,
-        Some(p) => ElementType::parse(p)
-            .ok_or_else(|| Error::config(format!("--precision must be float or double, found {p:?}")))?,
+        Some(p) => crate::args::precision(p)?,
     };
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
     let mut streams = Vec::new();
@@ -128,7 +127,11 @@ pub fn read_header(path: &Path, precision: Option<&str>) -> Result<Schema, Error
             continue;
         }
         let err = |m: &str| {
-            Error::config(format!("{}:{}: {m}; expected `name alias dense|sparse dim`", path.display(), n + 1))
+            let mut e = Error::option("--header", format!("{m}; expected `name alias dense|sparse dim`"));
+            let p = e.position_mut();
+            p.path = Some(path.display().to_string());
+            p.line = Some(n as u64 + 1);
+            e
         };
         if f.len() != 4 {
             return Err(err(&format!("{} fields", f.len())));

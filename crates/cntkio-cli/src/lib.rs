@@ -30,6 +30,18 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_INVALID: u8 = 1;
 /// Exit code for usage and I/O errors.
 pub const EXIT_USAGE: u8 = 2;
+/// Exit code for a bug in cntkio (an internal error, `E9001`): BSD's `EX_SOFTWARE`.
+pub const EXIT_INTERNAL: u8 = 70;
+
+/// The exit status for an error: 1 when the input is wrong or asks for too much, 2 for the caller's
+/// mistakes and I/O errors, 70 for a bug in cntkio.
+pub fn exit_code(e: &cntkio::Error) -> u8 {
+    match e.category() {
+        cntkio::Category::Format | cntkio::Category::Limit => EXIT_INVALID,
+        cntkio::Category::Usage | cntkio::Category::Io => EXIT_USAGE,
+        cntkio::Category::Internal => EXIT_INTERNAL,
+    }
+}
 
 /// `cntkio bench --batches …` is `cntkio batches … --bench` (the same options).
 fn bench_batches_alias<I, T>(args: I) -> Vec<OsString>
@@ -85,10 +97,7 @@ where
                 return ExitCode::from(EXIT_OK);
             }
             eprint!("{}", render::render(&e));
-            ExitCode::from(match e.category() {
-                cntkio::Category::Format | cntkio::Category::Limit => EXIT_INVALID,
-                cntkio::Category::Usage | cntkio::Category::Io => EXIT_USAGE,
-            })
+            ExitCode::from(exit_code(&e))
         }
     }
 }

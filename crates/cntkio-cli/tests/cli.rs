@@ -612,7 +612,7 @@ fn usage_errors_exit_2_with_a_message_and_no_output() {
         (args!["dump", &f], "error[E1001]"),
         (
             args!["validate", &f, "--stream", "x:1"],
-            "error[E1005]: --stream \"x:1\": expected NAME:DIM:dense|sparse[:ALIAS]",
+            "error[E1006]: --stream \"x:1\": expected NAME:DIM:dense|sparse[:ALIAS]",
         ),
         (args!["validate", &f, "--stream", "x:1:dense:a:b"], "expected NAME:DIM:dense|sparse[:ALIAS]"),
         (args!["validate", &f, "--stream", "x:a:dense"], "DIM must be a non-negative integer, found \"a\""),
@@ -672,7 +672,7 @@ fn usage_errors_exit_2_with_a_message_and_no_output() {
         (args!["validate", &f, "--stream", "x:1:dense", "--limit", "abc"], "invalid value 'abc' for '--limit <N>'"),
         (
             args!["validate", &f, "--stream", "x:1:dense", "--precision", "half"],
-            "--precision must be float or double, found \"half\"",
+            "error[E1006]: --precision \"half\": must be float or double",
         ),
         (args!["validate", &f, "--stream", "x:1:dense", "--chunk-size", "12x"], "unknown size unit in \"12x\""),
         (args!["validate", &f, "--stream", "x:1:dense", "--no-such-flag"], "unexpected argument '--no-such-flag'"),
@@ -688,7 +688,7 @@ fn usage_errors_exit_2_with_a_message_and_no_output() {
         ),
         (
             args!["validate", "--config", example("logreg.cntk").as_path(), "--set", "x"],
-            "config override \"x\" must have the form name=value",
+            "error[E1006]: config override \"x\": must have the form name=value",
         ),
     ];
     for (a, needle) in cases {
@@ -698,6 +698,35 @@ fn usage_errors_exit_2_with_a_message_and_no_output() {
         assert!(o.stdout.is_empty(), "{a:?}: stdout {:?}", o.stdout());
         assert!(!o.stderr.contains("panicked"), "{a:?}");
     }
+}
+
+/// Each class of error exits with its status: the input's fault 1 (`E0xxx`), the caller's 2 (`E1xxx`), and a
+/// bug in cntkio 70 (`E9001`, which no input can cause, so checked through the mapping itself).
+#[test]
+fn error_classes_exit_with_their_status() {
+    let d = tmp();
+    // A CTF file with no row of the definesMBSize stream: nothing to convert, the input's fault.
+    let f = write(d.path(), "other.ctf", "0 |y 1\n");
+    let out = d.path().join("o.cbf");
+    run(args!["convert", &f, &out, "--stream", "x:1:dense", "--stream", "y:1:dense", "--defines-mb-size", "x"])
+        .code(1)
+        .err_has("error[E0029]: the input holds no sequence for this schema");
+    assert!(!out.exists());
+    // A --restore file that is no state: the caller's fault, with the file as position.
+    let f = write(d.path(), "one.ctf", "0 |x 1\n");
+    let bad = write(d.path(), "state.json", "{\"state\": {\"version\": 99}}\n");
+    run(args!["batches", &f, "--stream", "x:1:dense", "--mb-size", "1", "--restore", &bad])
+        .code(2)
+        .err_has("state.json: error[E1007]: not a minibatch source state");
+    run(args!["batches", &f, "--stream", "x:1:dense", "--mb-size", "0"])
+        .code(2)
+        .err_has("error[E1006]: --mb-size: must be > 0");
+    // A bad line of a ctf2bin header file: the option, and the file and line as position.
+    let h = write(d.path(), "h.txt", "x x dense 1\nx x\n");
+    run(args!["convert", &f, &out, "--header", &h]).code(2).err_has("h.txt:2: error[E1006]: --header: 2 fields");
+    let bug = cntkio::Error::internal("a test");
+    assert_eq!((cntkio_cli::exit_code(&bug), bug.code()), (70, "E9001"));
+    assert_eq!(cntkio_cli::exit_code(&cntkio::Error::limit("x", 2, 1)), 1);
 }
 
 // ===================================================================================================

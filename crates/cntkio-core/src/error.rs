@@ -13,6 +13,8 @@ pub enum Category {
     Usage,
     /// The input asks for more than the limits allow.
     Limit,
+    /// cntkio broke one of its own invariants: a bug, to be reported.
+    Internal,
 }
 
 /// Where in an input an error was found. All fields are optional; `line` and `column` are 1-based,
@@ -57,6 +59,15 @@ pub fn show_byte(b: Option<u8>) -> String {
         Some(b' ') => "space".to_string(),
         Some(b) if (0x21..0x7f).contains(&b) => format!("'{}'", b as char),
         Some(b) => format!("byte 0x{b:02X}"),
+    }
+}
+
+/// The message of [`ErrorKind::WorkerOutOfRange`].
+fn worker_problem(rank: u64, workers: u64) -> String {
+    if workers == 0 {
+        "the number of workers must be at least 1".to_string()
+    } else {
+        format!("worker rank {rank} is out of range for {workers} workers (ranks are 0-based)")
     }
 }
 
@@ -263,16 +274,62 @@ pub enum ErrorKind {
     },
 
     // ---- CBF ------------------------------------------------------------------------------
-    /// A CBF file is malformed.
+    /// A CBF file is malformed: a field's value is impossible, or points outside the file or chunk.
     #[error("invalid CBF file: {field} at byte {offset}: {problem}")]
     CbfFormat {
         /// The field being read.
         field: String,
         /// Its absolute offset.
         offset: u64,
-        /// What is wrong and what was expected.
+        /// The value read (or, for a size, the bytes it needs), where the field is a number.
+        found: Option<u64>,
+        /// The values the field may take, where they form a range.
+        expected: Option<std::ops::RangeInclusive<u64>>,
+        /// What is wrong and what was expected, in words.
         problem: String,
     },
+
+    // ---- Data (found while opening, randomizing or packing the input) ---------------------
+    /// Data delivered by a deserializer has no chunks, samples or sequences.
+    #[error("the data has no {missing}")]
+    EmptyData {
+        /// What it lacks: `chunks`, `samples (the sweep size is 0)`, `sequences`.
+        missing: String,
+    },
+    /// Every sequence of the data has length 0, although its chunk table declares samples.
+    #[error("the data has no samples: all {sequences} of its sequences have length 0, although the chunk table declares {declared} samples")]
+    ZeroLengthSequences {
+        /// The number of sequences.
+        sequences: u64,
+        /// The samples the chunk table declares.
+        declared: u64,
+    },
+    /// A chunk's sequence list has another length than its chunk table entry declares.
+    #[error("chunk {chunk} has {found} sequences, but the chunk table says {declared}")]
+    ChunkSequenceCount {
+        /// The chunk.
+        chunk: u64,
+        /// The sequences the chunk table declares.
+        declared: u64,
+        /// The sequences the chunk holds.
+        found: u64,
+    },
+    /// A CTF input holds no sequence with a sample of the configured streams, so a conversion has nothing to write.
+    #[error(
+        "the input holds no sequence for this schema (no row mentions the definesMBSize stream?); no output written"
+    )]
+    NoSequences,
+    /// More errors than were kept were found in a chunk (what a `maxErrors` budget exceeded by them names).
+    #[error("{num_errors} errors in chunk {chunk}")]
+    ChunkErrors {
+        /// The chunk's errors.
+        num_errors: u64,
+        /// The chunk.
+        chunk: u64,
+    },
+    /// Deserializers joined by key do not hold the same sequence keys.
+    #[error("Could not reconcile data between different deserializers. Keys of logical sequences do not match.")]
+    KeysDoNotMatch,
 
     // ---- Usage ----------------------------------------------------------------------------
     /// No streams configured.
@@ -302,9 +359,73 @@ pub enum ErrorKind {
         /// The streams marked.
         streams: Vec<String>,
     },
-    /// A configuration or argument is invalid.
+    /// A configuration or argument is invalid in a way no more specific kind describes (the syntax of a
+    /// CNTK config file, a missing input file argument).
     #[error("{0}")]
     Config(String),
+    /// An option, argument or config key has a value it may not have, or one that conflicts with another.
+    #[error("{key}{}: {problem}", .value.as_ref().map(|v| format!(" {v:?}")).unwrap_or_default())]
+    InvalidOption {
+        /// The option as the caller wrote it: a CLI option (`--stream`), a Python keyword
+        /// (`partition_index`), a field of a library config (`MinibatchConfig::workers`) or the path of a
+        /// CNTK config key (`Train.reader.deserializers[0].input.features.dim`).
+        key: String,
+        /// The value given, where it is shown.
+        value: Option<String>,
+        /// What is wrong with its value and what was expected.
+        problem: String,
+    },
+    /// A saved minibatch source state does not fit the source it is restored into, or is not a state.
+    #[error("{problem}")]
+    InvalidState {
+        /// What does not fit.
+        problem: String,
+    },
+    /// A chunk number is not below the number of chunks.
+    #[error("chunk {chunk} does not exist; the data has {num_chunks} chunks")]
+    ChunkOutOfRange {
+        /// The chunk asked for.
+        chunk: u64,
+        /// The number of chunks.
+        num_chunks: u64,
+    },
+    /// A sequence number is not below the number of sequences.
+    #[error("sequence {sequence} does not exist; the data has {num_sequences}")]
+    SequenceOutOfRange {
+        /// The sequence asked for (0-based, in the data given).
+        sequence: u64,
+        /// The number of sequences.
+        num_sequences: u64,
+    },
+    /// A worker rank is not below the number of workers, or there are no workers.
+    #[error("{}", worker_problem(*.rank, *.workers))]
+    WorkerOutOfRange {
+        /// The worker's rank (0-based).
+        rank: u64,
+        /// The number of workers.
+        workers: u64,
+    },
+    /// Columnar data handed to a writer or encoder does not fit its schema or is inconsistent.
+    #[error("chunk data{}: {problem}", .sequence.map(|s| format!(", sequence {s}")).unwrap_or_default())]
+    InvalidChunkData {
+        /// The sequence (0-based, in the data given), where one is at fault.
+        sequence: Option<u64>,
+        /// What is inconsistent.
+        problem: String,
+    },
+    /// The files of a multi-file source do not have the same streams.
+    #[error("file {part} of a multi-file source has streams [{streams}], but the first file has [{first}]")]
+    StreamsDiffer {
+        /// The file (1-based).
+        part: u64,
+        /// Its streams, described.
+        streams: String,
+        /// The first file's streams, described.
+        first: String,
+    },
+    /// A CBF writer is used after one of its writes failed.
+    #[error("the writer failed earlier; its output is incomplete")]
+    WriterFailed,
 
     // ---- Limits ---------------------------------------------------------------------------
     /// A sequence is 4 GiB or larger (CNTK's limit).
@@ -326,6 +447,15 @@ pub enum ErrorKind {
         limit: u64,
     },
 
+    // ---- Bugs -----------------------------------------------------------------------------
+    /// cntkio broke one of its own invariants (a thread panicked, a buffer does not have the length it was
+    /// made with): a bug in cntkio, never the input's or the caller's fault.
+    #[error("internal error: {problem}; this is a bug in cntkio, please report it")]
+    Internal {
+        /// What went wrong.
+        problem: String,
+    },
+
     // ---- I/O ------------------------------------------------------------------------------
     /// An I/O operation failed.
     #[error("{op}: {source}")]
@@ -339,57 +469,81 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// Stable short code users can grep for.
-    pub fn code(&self) -> &'static str {
+    /// The stable short code and the variant's name (`("E0015", "SparseIndexOutOfRange")`). The code's
+    /// first digit is its category: 0 format, 1 usage, 2 I/O, 3 limit, 9 internal.
+    fn code_and_name(&self) -> (&'static str, &'static str) {
         use ErrorKind::*;
         match self {
-            Utf16Bom => "E0001",
-            EmptyFile => "E0002",
-            MissingSequenceId { .. } => "E0003",
-            SequenceIdOverflow => "E0004",
-            ExpectedNamePrefix { .. } => "E0005",
-            EmptyName { .. } => "E0006",
-            NameAtEnd => "E0007",
-            InvalidNumber { .. } => "E0008",
-            SignWithoutDigits { .. } => "E0009",
-            ExponentWithoutDigits { .. } => "E0010",
-            DenseTooManyValues { .. } => "E0011",
-            EmptyDenseAtEnd { .. } => "E0012",
-            SparseIndexExpected { .. } => "E0013",
-            SparseIndexOverflow { .. } => "E0014",
-            SparseIndexOutOfRange { .. } => "E0015",
-            SparseMissingColon { .. } => "E0016",
-            SparseAtEnd { .. } => "E0017",
-            EmptyRow => "E0018",
-            TooManySamples { .. } => "E0019",
-            TooFewSamples { .. } => "E0020",
-            EmptyStream { .. } => "E0021",
-            MaxErrorsReached { .. } => "E0022",
-            NonFrameSequence { .. } => "E0023",
-            EmptySequenceStream { .. } => "E0024",
-            UnequalStreamLengths { .. } => "E0025",
-            CbfFormat { .. } => "E0100",
-            NoStreams => "E1001",
-            InvalidStream { .. } => "E1002",
-            DuplicateAlias { .. } => "E1003",
-            SeveralMainStreams { .. } => "E1004",
-            Config(_) => "E1005",
-            SequenceTooLarge { .. } => "E3001",
-            Limit { .. } => "E3002",
-            Io { .. } => "E2001",
+            Utf16Bom => ("E0001", "Utf16Bom"),
+            EmptyFile => ("E0002", "EmptyFile"),
+            MissingSequenceId { .. } => ("E0003", "MissingSequenceId"),
+            SequenceIdOverflow => ("E0004", "SequenceIdOverflow"),
+            ExpectedNamePrefix { .. } => ("E0005", "ExpectedNamePrefix"),
+            EmptyName { .. } => ("E0006", "EmptyName"),
+            NameAtEnd => ("E0007", "NameAtEnd"),
+            InvalidNumber { .. } => ("E0008", "InvalidNumber"),
+            SignWithoutDigits { .. } => ("E0009", "SignWithoutDigits"),
+            ExponentWithoutDigits { .. } => ("E0010", "ExponentWithoutDigits"),
+            DenseTooManyValues { .. } => ("E0011", "DenseTooManyValues"),
+            EmptyDenseAtEnd { .. } => ("E0012", "EmptyDenseAtEnd"),
+            SparseIndexExpected { .. } => ("E0013", "SparseIndexExpected"),
+            SparseIndexOverflow { .. } => ("E0014", "SparseIndexOverflow"),
+            SparseIndexOutOfRange { .. } => ("E0015", "SparseIndexOutOfRange"),
+            SparseMissingColon { .. } => ("E0016", "SparseMissingColon"),
+            SparseAtEnd { .. } => ("E0017", "SparseAtEnd"),
+            EmptyRow => ("E0018", "EmptyRow"),
+            TooManySamples { .. } => ("E0019", "TooManySamples"),
+            TooFewSamples { .. } => ("E0020", "TooFewSamples"),
+            EmptyStream { .. } => ("E0021", "EmptyStream"),
+            MaxErrorsReached { .. } => ("E0022", "MaxErrorsReached"),
+            NonFrameSequence { .. } => ("E0023", "NonFrameSequence"),
+            EmptySequenceStream { .. } => ("E0024", "EmptySequenceStream"),
+            UnequalStreamLengths { .. } => ("E0025", "UnequalStreamLengths"),
+            EmptyData { .. } => ("E0026", "EmptyData"),
+            ZeroLengthSequences { .. } => ("E0027", "ZeroLengthSequences"),
+            ChunkSequenceCount { .. } => ("E0028", "ChunkSequenceCount"),
+            NoSequences => ("E0029", "NoSequences"),
+            KeysDoNotMatch => ("E0030", "KeysDoNotMatch"),
+            ChunkErrors { .. } => ("E0031", "ChunkErrors"),
+            CbfFormat { .. } => ("E0100", "CbfFormat"),
+            NoStreams => ("E1001", "NoStreams"),
+            InvalidStream { .. } => ("E1002", "InvalidStream"),
+            DuplicateAlias { .. } => ("E1003", "DuplicateAlias"),
+            SeveralMainStreams { .. } => ("E1004", "SeveralMainStreams"),
+            Config(_) => ("E1005", "Config"),
+            InvalidOption { .. } => ("E1006", "InvalidOption"),
+            InvalidState { .. } => ("E1007", "InvalidState"),
+            ChunkOutOfRange { .. } => ("E1008", "ChunkOutOfRange"),
+            SequenceOutOfRange { .. } => ("E1009", "SequenceOutOfRange"),
+            WorkerOutOfRange { .. } => ("E1010", "WorkerOutOfRange"),
+            InvalidChunkData { .. } => ("E1011", "InvalidChunkData"),
+            StreamsDiffer { .. } => ("E1012", "StreamsDiffer"),
+            WriterFailed => ("E1013", "WriterFailed"),
+            SequenceTooLarge { .. } => ("E3001", "SequenceTooLarge"),
+            Limit { .. } => ("E3002", "Limit"),
+            Io { .. } => ("E2001", "Io"),
+            Internal { .. } => ("E9001", "Internal"),
         }
     }
 
-    /// Whose fault it is.
+    /// Stable short code users can grep for.
+    pub fn code(&self) -> &'static str {
+        self.code_and_name().0
+    }
+
+    /// The kind's name (`"SparseIndexOutOfRange"`), as stable as its code.
+    pub fn name(&self) -> &'static str {
+        self.code_and_name().1
+    }
+
+    /// Whose fault it is: the code's first digit (see [`ErrorKind::code`]).
     pub fn category(&self) -> Category {
-        use ErrorKind::*;
-        match self {
-            Io { .. } => Category::Io,
-            NoStreams | InvalidStream { .. } | DuplicateAlias { .. } | SeveralMainStreams { .. } | Config(_) => {
-                Category::Usage
-            }
-            SequenceTooLarge { .. } | Limit { .. } => Category::Limit,
-            _ => Category::Format,
+        match self.code().as_bytes()[1] {
+            b'0' => Category::Format,
+            b'1' => Category::Usage,
+            b'2' => Category::Io,
+            b'3' => Category::Limit,
+            _ => Category::Internal,
         }
     }
 
@@ -455,9 +609,57 @@ impl Error {
     pub fn config(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::Config(msg.into()))
     }
-    /// A CBF format error.
+    /// A CBF format error with no number to report.
     pub fn cbf(field: impl Into<String>, offset: u64, problem: impl Into<String>) -> Error {
-        Error::at(ErrorKind::CbfFormat { field: field.into(), offset, problem: problem.into() }, offset)
+        let kind =
+            ErrorKind::CbfFormat { field: field.into(), offset, found: None, expected: None, problem: problem.into() };
+        Error::at(kind, offset)
+    }
+    /// A CBF format error: the number `found` in the field at `offset` (`None`: it is negative), which
+    /// must lie in `expected`.
+    pub fn cbf_value(
+        field: impl Into<String>,
+        offset: u64,
+        found: Option<u64>,
+        expected: std::ops::RangeInclusive<u64>,
+        problem: impl Into<String>,
+    ) -> Error {
+        let kind = ErrorKind::CbfFormat {
+            field: field.into(),
+            offset,
+            found,
+            expected: Some(expected),
+            problem: problem.into(),
+        };
+        Error::at(kind, offset)
+    }
+    /// A bug in cntkio: an invariant of its own that does not hold.
+    pub fn internal(problem: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Internal { problem: problem.into() })
+    }
+    /// An option, argument or config key with a value it may not have.
+    pub fn option(key: impl Into<String>, problem: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidOption { key: key.into(), value: None, problem: problem.into() })
+    }
+    /// An option given the value `value`, which it may not have.
+    pub fn option_value(key: impl Into<String>, value: impl Into<String>, problem: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidOption { key: key.into(), value: Some(value.into()), problem: problem.into() })
+    }
+    /// Columnar data that is inconsistent, in sequence `sequence` (0-based in the data) or as a whole.
+    pub fn chunk_data(sequence: Option<usize>, problem: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidChunkData { sequence: sequence.map(|s| s as u64), problem: problem.into() })
+    }
+    /// Chunk `chunk` asked for, of data with `num_chunks` chunks.
+    pub fn chunk_out_of_range(chunk: u64, num_chunks: usize) -> Error {
+        Error::new(ErrorKind::ChunkOutOfRange { chunk, num_chunks: num_chunks as u64 })
+    }
+    /// A minibatch source state that does not fit.
+    pub fn state(problem: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidState { problem: problem.into() })
+    }
+    /// A limit exceeded: `what` asks for `value`, more than `limit`.
+    pub fn limit(what: impl Into<String>, value: u64, limit: u64) -> Error {
+        Error::new(ErrorKind::Limit { what: what.into(), value, limit })
     }
     /// The kind.
     pub fn kind(&self) -> &ErrorKind {

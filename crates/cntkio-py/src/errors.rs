@@ -11,12 +11,8 @@ fn category_name(c: Category) -> &'static str {
         Category::Format => "format",
         Category::Usage => "usage",
         Category::Limit => "limit",
+        Category::Internal => "internal",
     }
-}
-
-/// The kind's variant name (`SparseIndexOutOfRange`), stable across messages.
-pub fn kind_name(k: &ErrorKind) -> String {
-    format!("{k:?}").chars().take_while(|c| c.is_ascii_alphanumeric()).collect()
 }
 
 /// Every field of an error, as a dict: what exceptions and validation results are built from.
@@ -25,7 +21,7 @@ pub fn error_fields<'py>(py: Python<'py>, e: &Error) -> PyResult<Bound<'py, PyDi
     let p = e.position();
     d.set_item("category", category_name(e.category()))?;
     d.set_item("code", e.code())?;
-    d.set_item("kind", kind_name(e.kind()))?;
+    d.set_item("kind", e.kind().name())?;
     d.set_item("message", e.kind().to_string())?;
     d.set_item("display", e.to_string())?;
     d.set_item("help", e.kind().help())?;

@@ -236,7 +236,7 @@ pub fn read_all<'py>(
                     let pool = rayon::ThreadPoolBuilder::new()
                         .num_threads(nthreads)
                         .build()
-                        .map_err(|e| Error::config(format!("cannot start reader threads: {e}")))?;
+                        .map_err(|e| Error::io("start reader threads", std::io::Error::other(e)))?;
                     let chunks: Vec<ChunkData> = pool.install(|| {
                         (0..file.chunk_count())
                             .into_par_iter()

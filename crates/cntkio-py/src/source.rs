@@ -120,6 +120,15 @@ fn lock(m: &Mutex<MinibatchSource>) -> MutexGuard<'_, MinibatchSource> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Checks a partition: `rank` is one of `workers`, and there is at least one.
+fn check_partition(rank: u32, workers: u32) -> Result<(), Error> {
+    if workers == 0 || rank >= workers {
+        let problem = format!("{rank} is not below num_data_partitions {workers} (which must be > 0)");
+        return Err(Error::option("partition_index", problem));
+    }
+    Ok(())
+}
+
 /// Switches `src` to `workers`/`rank` at its current position (CNTK reconfigures in place when
 /// `num_data_partitions` or `partition_index` change between calls, READER.md §6).
 fn repartition(
@@ -132,11 +141,7 @@ fn repartition(
     if c.workers == workers && c.rank == rank {
         return Ok(());
     }
-    if workers == 0 || rank >= workers {
-        return Err(Error::config(format!(
-            "partition_index {rank} is not below num_data_partitions {workers} (which must be > 0)"
-        )));
-    }
+    check_partition(rank, workers)?;
     let state = src.state();
     let mut next = MinibatchSource::new(deserializer.clone(), MinibatchConfig { workers, rank, ..c.clone() })?;
     next.restore(&state)?;
@@ -199,7 +204,12 @@ impl Source {
         py.detach(move || {
             crate::pool::run(move || -> Result<Source, Error> {
                 let deserializer: Arc<dyn Deserializer> = match parts.len() {
-                    0 => return Err(Error::config("a minibatch source needs at least one deserializer")),
+                    0 => {
+                        return Err(Error::option(
+                            "deserializers",
+                            "a minibatch source needs at least one deserializer",
+                        ))
+                    }
                     1 => parts.into_iter().next().expect("one part"),
                     _ if join => Arc::new(Composite::new(parts)?),
                     _ => Arc::new(MultiSource::new(parts)?),
@@ -318,18 +328,15 @@ impl Source {
             crate::pool::run(|| -> Result<Vec<(String, Option<u64>)>, Error> {
                 let config = lock(&self.inner).config().clone();
                 if config.truncation_length > 0 {
-                    return Err(Error::config(
+                    return Err(Error::option(
+                        "truncation_length",
                         "cannot plan a truncated-BPTT run (its minibatches depend on the sequences' data layout)",
                     ));
                 }
                 if config.run_length == RunLength::Infinite && limit.is_none() {
-                    return Err(Error::config("cannot plan an infinite run without a limit"));
+                    return Err(Error::option("limit", "cannot plan an infinite run without a limit"));
                 }
-                if workers == 0 || rank >= workers {
-                    return Err(Error::config(format!(
-                        "partition_index {rank} is not below num_data_partitions {workers} (which must be > 0)"
-                    )));
-                }
+                check_partition(rank, workers)?;
                 let skeleton: Arc<dyn Deserializer> = Arc::new(Skeleton {
                     inner: self.deserializer.clone(),
                     empty: Arc::new(ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() }),

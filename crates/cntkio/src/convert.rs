@@ -5,7 +5,7 @@ use crate::cbf::sink::Sink;
 use crate::cbf::{CbfFile, CbfOptions, CbfWriter, CbfWriterOptions};
 use crate::ctf::{scan_file_owned, ScanOptions};
 use crate::input::{Access, InputFile};
-use crate::{ChunkData, CtfOptions, Error, Schema};
+use crate::{ChunkData, CtfOptions, Error, ErrorKind, Schema};
 use cntkio_core::ctf::write::CtfWriter;
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -32,7 +32,8 @@ pub fn detect_format(path: &Path) -> Result<Format, Error> {
 fn refuse_same_file(input: &Path, output: &Path) -> Result<(), Error> {
     if let (Ok(a), Ok(b)) = (std::fs::canonicalize(input), std::fs::canonicalize(output)) {
         if a == b {
-            return Err(Error::config(format!("the output {} is the input file", output.display())));
+            let output = output.display().to_string();
+            return Err(Error::option_value("output", output, "is the input file; writing it would destroy the input"));
         }
     }
     Ok(())
@@ -153,11 +154,11 @@ pub fn ctf_to_cbf(
                 Err(e) => return (Ok(Default::default()), Err(Error::io("start the CBF writer thread", e))),
             };
             let scanned = scan(&mut |d| {
-                tx.send(d).map_err(|_| Error::config("the CBF writer stopped"))?;
+                tx.send(d).map_err(|_| Error::internal("the CBF writer stopped without an error"))?;
                 Ok(spare_rx.try_recv().ok())
             });
             drop(tx);
-            let written = writer.join().unwrap_or_else(|_| Err(Error::config("the CBF writer thread panicked")));
+            let written = writer.join().unwrap_or_else(|_| Err(Error::internal("the CBF writer thread panicked")));
             (scanned, written)
         });
         let w = written?;
@@ -165,10 +166,7 @@ pub fn ctf_to_cbf(
         w
     };
     if w.sequences_written() == 0 {
-        return Err(Error::config(format!(
-            "{} holds no sequence for this schema (no row mentions the definesMBSize stream?); no output written",
-            input.display()
-        )));
+        return Err(Error::new(ErrorKind::NoSequences).with_path(input.display().to_string()));
     }
     let s = w.finish()?;
     summary.sequences = s.sequences;
@@ -300,7 +298,7 @@ pub fn cbf_to_ctf(
             }
         }
         drop(res_tx);
-        let stopped = || Error::config("the text threads stopped");
+        let stopped = || Error::internal("the text threads stopped");
         // Parts are handed out in file order and written in that order; at most `2 × started` are out
         // (being turned into text, or waiting for those before them).
         let limit = 2 * started;

@@ -29,7 +29,7 @@ use crate::convert::Format;
 use crate::ctf::parse::Tally;
 use crate::ctf::{scan_file, ScanOptions};
 use crate::input::InputFile;
-use crate::{ChunkData, CtfOptions, Error, ErrorKind, Position, Schema, WarningKind};
+use crate::{ChunkData, CtfOptions, Error, Position, Schema, WarningKind};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
@@ -448,8 +448,7 @@ fn check_cbf(
 ) -> Result<(), Error> {
     let f = CbfFile::open_with(path, options)?;
     let problem = |fatal: bool, message: String, offset: Option<u64>, empty_sequence: Option<u64>| {
-        let mut e =
-            Error::new(ErrorKind::CbfFormat { field: "data".into(), offset: offset.unwrap_or(0), problem: message });
+        let mut e = Error::cbf("data", offset.unwrap_or(0), message);
         e.position_mut().byte = offset;
         CbfProblem { fatal, error: e.with_path(path.display().to_string()), empty_sequence }
     };

@@ -285,10 +285,18 @@ fn data_dir_and_error_paths() {
     let shown = e.to_string();
     assert!(
         shown.contains(
-            "dense.cntk:217:31: error[E1005]: Simple.reader.input.features.definesMbSize: expected a boolean"
+            "dense.cntk:217:31: error[E1006]: Simple.reader.input.features.definesMbSize: expected a boolean"
         ),
         "{shown}"
     );
+    // A key's bad value is typed: the key's dotted path in a field, its place in the position.
+    match e.kind() {
+        cntkio::ErrorKind::InvalidOption { key, value: None, .. } => {
+            assert_eq!(key, "Simple.reader.input.features.definesMbSize")
+        }
+        k => panic!("{k:?}"),
+    }
+    assert_eq!((e.position().line, e.position().column), (Some(217), Some(31)));
     let e = load_reader_config_file(dir.join("missing.cntk"), None, &[], None).unwrap_err();
     assert!(e.is_io());
 }

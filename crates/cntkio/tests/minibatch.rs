@@ -733,6 +733,7 @@ fn composite_joins_by_key() {
     let other = ctf(&write(dir.path(), "o.ctf", "77 |y 0:1\n"), &[("y", false, 3, false)], 30);
     let e = cntkio::source::Composite::new(vec![f, other]).unwrap_err();
     assert!(e.to_string().contains("Could not reconcile"), "{e}");
+    assert_eq!((e.code(), e.category()), ("E0030", cntkio::Category::Format));
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -352,11 +352,11 @@ fn restore_example_and_seek_quirk() {
 #[test]
 fn bad_arguments_are_errors() {
     let empty = Synthetic::counting(&[]);
-    assert!(matches!(
-        BlockRandomizer::new(empty.clone(), Window::default(), 0).unwrap_err().kind(),
-        ErrorKind::Config(_)
-    ));
-    assert!(matches!(NoRandomizer::new(empty).unwrap_err().kind(), ErrorKind::Config(_)));
+    // Data without chunks is the input's fault (exit 1 in the CLI), not the caller's.
+    let err = BlockRandomizer::new(empty.clone(), Window::default(), 0).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::EmptyData { missing } if missing == "chunks"), "{err}");
+    assert_eq!((err.code(), err.category()), ("E0026", cntkio::Category::Format));
+    assert!(matches!(NoRandomizer::new(empty).unwrap_err().kind(), ErrorKind::EmptyData { .. }));
     let zero = Synthetic::new(vec![vec![0, 0]], 0, 1);
     assert!(BlockRandomizer::new(zero.clone(), Window::default(), 0).is_err());
     assert!(NoRandomizer::new(zero).is_err());
@@ -368,9 +368,11 @@ fn bad_arguments_are_errors() {
     let mut n = NoRandomizer::new(twelve()).unwrap();
     for e in [&mut b as &mut dyn SequenceEnumerator, &mut n] {
         let err = e.start_epoch(&EpochConfig { workers: 0, ..EpochConfig::default() }).unwrap_err();
-        assert!(matches!(err.kind(), ErrorKind::Config(_)));
+        assert!(matches!(err.kind(), ErrorKind::WorkerOutOfRange { rank: 0, workers: 0 }), "{err}");
+        assert!(err.to_string().contains("the number of workers must be at least 1"), "{err}");
         let err = e.start_epoch(&EpochConfig { workers: 2, rank: 2, ..EpochConfig::default() }).unwrap_err();
-        assert!(matches!(err.kind(), ErrorKind::Config(_)));
+        assert!(matches!(err.kind(), ErrorKind::WorkerOutOfRange { rank: 2, workers: 2 }), "{err}");
+        assert_eq!((err.code(), err.category()), ("E1010", cntkio::Category::Usage));
     }
 
     // A source whose sequence lists disagree with its chunk table.
@@ -618,13 +620,13 @@ fn odd_enumerator(
     }
 }
 
-/// `Ok(Some(v))` for `Ok(v)`; `Ok(None)` for the one error odd data may cause: a configuration error
-/// because no sequence has samples (while the chunk table declares some).
+/// `Ok(Some(v))` for `Ok(v)`; `Ok(None)` for the one error odd data may cause: a data error because no
+/// sequence has samples (while the chunk table declares some).
 fn unless_no_samples<T>(src: &Synthetic, r: Result<T, Error>) -> Result<Option<T>, TestCaseError> {
     match r {
         Ok(v) => Ok(Some(v)),
         Err(e) => {
-            prop_assert!(matches!(e.kind(), ErrorKind::Config(_)), "unexpected error: {}", e);
+            prop_assert!(matches!(e.kind(), ErrorKind::ZeroLengthSequences { .. }), "unexpected error: {}", e);
             prop_assert!(e.to_string().contains("no samples"), "unexpected error: {}", e);
             prop_assert!(src.lens.iter().flatten().all(|&l| l == 0), "{} although some sequence has samples", e);
             Ok(None)
@@ -769,7 +771,8 @@ fn seek_into_zero_length_sequences_returns() {
         // Nothing can ever be read from this data.
         e.get_next(u64::MAX, 5).unwrap_err()
     });
-    assert!(matches!(err.kind(), ErrorKind::Config(_)), "{err}");
+    assert!(matches!(err.kind(), ErrorKind::ZeroLengthSequences { sequences: 1, declared: 3 }), "{err}");
+    assert_eq!((err.code(), err.category()), ("E0027", cntkio::Category::Format));
     assert!(err.to_string().contains("no samples"), "{err}");
     // With randomization the seek returns too, with the same error.
     let err = in_time(|| {

@@ -34,9 +34,8 @@ impl<'h> ChunkDecoder<'h> {
     /// A decoder for chunk `chunk`. Fails if there is no such chunk, or if the chunk is larger than the
     /// header's `limits.max_chunk_bytes` (checked before the caller allocates a buffer for it).
     pub fn new(header: &'h Header, chunk: usize) -> Result<ChunkDecoder<'h>, Error> {
-        let range = header.chunk_range(chunk).ok_or_else(|| {
-            Error::config(format!("chunk {chunk} does not exist; the file has {} chunks", header.chunks().len()))
-        })?;
+        let range =
+            header.chunk_range(chunk).ok_or_else(|| Error::chunk_out_of_range(chunk as u64, header.chunks().len()))?;
         let len = range.end - range.start;
         let max = header.limits().max_chunk_bytes;
         if len > max {
@@ -70,13 +69,16 @@ impl<'h> ChunkDecoder<'h> {
     pub fn decode_into(&self, bytes: &[u8], out: &mut ChunkData) -> Result<DecodeSummary, Error> {
         let len = self.range.end - self.range.start;
         if bytes.len() as u64 != len {
-            return Err(Error::config(format!(
-                "chunk {}: {} bytes given, but its range {}..{} has {len}",
-                self.chunk,
-                bytes.len(),
-                self.range.start,
-                self.range.end
-            )));
+            return Err(Error::option(
+                "bytes",
+                format!(
+                    "chunk {}: {} bytes given, but its range {}..{} has {len}",
+                    self.chunk,
+                    bytes.len(),
+                    self.range.start,
+                    self.range.end
+                ),
+            ));
         }
         prepare(out, self.header.streams());
         let entry = self.header.chunks()[self.chunk];
@@ -147,9 +149,11 @@ impl<'a> Dec<'a> {
         self.base + self.bytes.len() as u64
     }
     fn past_end(&self, field: &str, need: u64, key: Option<u64>) -> Error {
-        let e = Error::cbf(
+        let e = Error::cbf_value(
             field,
             self.abs(),
+            Some(need),
+            0..=self.remaining(),
             format!(
                 "needs {need} bytes but chunk {} ends at byte {} ({} bytes left)",
                 self.chunk,
@@ -173,9 +177,11 @@ impl<'a> Dec<'a> {
         let nbytes = match nbytes {
             Some(b) if b <= self.remaining() => b as usize,
             _ => {
-                return Err(Error::cbf(
+                return Err(Error::cbf_value(
                     field(),
                     at,
+                    Some(n.into()),
+                    0..=self.remaining() / (u64::from(sh.dim) * es).max(1),
                     format!(
                         "{n} samples × dim {} × {es} bytes do not fit in the {} bytes left in chunk {} (it ends at byte {})",
                         sh.dim,
@@ -203,9 +209,11 @@ impl<'a> Dec<'a> {
         let nnz =
             self.u32().ok_or_else(|| self.past_end(&format!("stream \"{name}\" sequence {key} NNZ"), 4, Some(key)))?;
         if nnz > i32::MAX as u32 {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 format!("stream \"{name}\" sequence {key} NNZ"),
                 nnz_at,
+                Some(nnz.into()),
+                0..=i32::MAX as u64,
                 format!("NNZ count {nnz} is too large for a 32-bit signed index (at most {})", i32::MAX),
             )
             .with_sequence(key));
@@ -213,9 +221,11 @@ impl<'a> Dec<'a> {
         let es = sh.elem_size();
         let entries = u64::from(nnz) * (es + 4);
         if entries > self.remaining() {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 format!("stream \"{name}\" sequence {key} NNZ"),
                 nnz_at,
+                Some(nnz.into()),
+                0..=self.remaining() / (es + 4),
                 format!(
                     "{nnz} entries need {entries} bytes but only {} bytes are left in chunk {} (it ends at byte {})",
                     self.remaining(),
@@ -227,9 +237,11 @@ impl<'a> Dec<'a> {
         }
         let counts = 4 * u64::from(n);
         if entries + counts > self.remaining() {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 format!("stream \"{name}\" sequence {key} N"),
                 n_at,
+                Some(n.into()),
+                0..=(self.remaining() - entries) / 4,
                 format!(
                     "{n} samples need {counts} bytes of per-sample counts after {entries} bytes of entries, but only {} bytes are left in chunk {} (it ends at byte {})",
                     self.remaining(),
@@ -247,7 +259,7 @@ impl<'a> Dec<'a> {
         let raw_counts = self.take(n as usize * 4).unwrap_or(&[]);
 
         let Layout::Sparse { indices, sample_offsets } = &mut data.layout else {
-            return Err(Error::config("internal: sparse stream decoded into a dense layout"));
+            return Err(Error::internal("a sparse stream decoded into a dense layout"));
         };
         let idx_start = indices.len();
         extend_le(indices, raw_idx, |c: &[u8; 4]| i32::from_le_bytes(*c));
@@ -257,9 +269,11 @@ impl<'a> Dec<'a> {
         if indices[idx_start..].iter().fold(false, |bad, &i| bad | (i < 0) | (i as u32 >= dim)) {
             let j = indices[idx_start..].iter().position(|&i| i < 0 || i as u32 >= dim).unwrap_or(0);
             let bad = indices[idx_start + j];
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 format!("stream \"{name}\" sequence {key} index"),
                 idx_at + 4 * j as u64,
+                u64::try_from(bad).ok(),
+                0..=u64::from(dim).saturating_sub(1),
                 format!("index {bad} of entry {j} is outside [0, {dim})"),
             )
             .with_sequence(key));
@@ -270,9 +284,11 @@ impl<'a> Dec<'a> {
         for (k, c) in raw_counts.chunks_exact(4).enumerate() {
             let c = le_u32(c) as i32;
             if c < 0 || sum + c as u64 > nnz as u64 {
-                return Err(Error::cbf(
+                return Err(Error::cbf_value(
                     format!("stream \"{name}\" sequence {key} sample count"),
                     counts_at + 4 * k as u64,
+                    u64::try_from(c).ok(),
+                    0..=nnz as u64 - sum,
                     if c < 0 {
                         format!("sample {k} has a negative entry count {c}")
                     } else {
@@ -288,9 +304,11 @@ impl<'a> Dec<'a> {
             sample_offsets.push(base + sum);
         }
         if sum != nnz as u64 {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 format!("stream \"{name}\" sequence {key} sample count"),
                 counts_at,
+                Some(sum),
+                nnz as u64..=nnz as u64,
                 format!("the {n} per-sample counts sum to {sum}, but NNZ is {nnz}"),
             )
             .with_sequence(key));

@@ -22,9 +22,10 @@ pub fn encode_trailer(header_offset: u64, out: &mut Vec<u8>) {
 /// name bytes, element type, dim) and chunk table entries (offset, sequences, samples).
 pub fn encode_header(streams: &[StreamHeader], chunks: &[ChunkEntry], out: &mut Vec<u8>) -> Result<(), Error> {
     let c = u32::try_from(chunks.len())
-        .map_err(|_| Error::config(format!("{} chunks do not fit the 32-bit chunk count", chunks.len())))?;
-    let i = u32::try_from(streams.len())
-        .map_err(|_| Error::config(format!("{} streams do not fit the 32-bit stream count", streams.len())))?;
+        .map_err(|_| Error::limit("number of chunks (the 32-bit chunk count)", chunks.len() as u64, u32::MAX.into()))?;
+    let i = u32::try_from(streams.len()).map_err(|_| {
+        Error::limit("number of streams (the 32-bit stream count)", streams.len() as u64, u32::MAX.into())
+    })?;
     out.extend_from_slice(&MAGIC.to_le_bytes());
     out.extend_from_slice(&c.to_le_bytes());
     out.extend_from_slice(&i.to_le_bytes());
@@ -62,8 +63,8 @@ pub fn encode_header(streams: &[StreamHeader], chunks: &[ChunkEntry], out: &mut 
     Ok(())
 }
 
-fn bad(seq: usize, what: impl std::fmt::Display) -> Error {
-    Error::config(format!("chunk data, sequence {seq}: {what}"))
+fn bad(seq: usize, what: impl Into<String>) -> Error {
+    Error::chunk_data(Some(seq), what)
 }
 
 /// Sequence `s`'s sample range of a stream, checked.
@@ -84,7 +85,8 @@ struct Span {
 
 fn span(d: &StreamData, s: usize) -> Result<Span, Error> {
     let (a, b) = seq_range(d, s)?;
-    let n = u32::try_from(b - a).map_err(|_| bad(s, format!("{} samples do not fit a 32-bit count", b - a)))?;
+    let n = u32::try_from(b - a)
+        .map_err(|_| Error::limit(format!("samples in sequence {s} (a 32-bit count)"), b - a, u32::MAX.into()))?;
     match &d.layout {
         Layout::Dense => {
             let e = |x: u64| usize::try_from(x).ok().and_then(|x| x.checked_mul(d.dim));
@@ -99,7 +101,11 @@ fn span(d: &StreamData, s: usize) -> Result<Span, Error> {
                 (Some(e0), Some(e1)) if e0 <= e1 && (e1 as usize) <= d.values.len().min(indices.len()) => {
                     let nnz = e1 - e0;
                     if nnz > i32::MAX as u64 {
-                        return Err(bad(s, format!("{nnz} entries do not fit the 31-bit NNZ")));
+                        return Err(Error::limit(
+                            format!("entries in sequence {s} (the 31-bit NNZ)"),
+                            nnz,
+                            i32::MAX as u64,
+                        ));
                     }
                     Ok(Span { n, e0: e0 as usize, e1: e1 as usize })
                 }
@@ -392,10 +398,10 @@ fn check_chunk(data: &ChunkData, check_indices: bool) -> bool {
 pub fn encode_chunk(data: &ChunkData, out: &mut Vec<u8>) -> Result<(), Error> {
     let n = data.num_samples.len();
     if data.keys.len() != n {
-        return Err(Error::config(format!("chunk data has {} keys but {} sample counts", data.keys.len(), n)));
+        return Err(Error::chunk_data(None, format!("{} keys but {} sample counts", data.keys.len(), n)));
     }
     if let Some((i, d)) = data.streams.iter().enumerate().find(|(_, d)| d.num_sequences() != n) {
-        return Err(Error::config(format!("chunk data stream {i} has {} sequences, the chunk {n}", d.num_sequences())));
+        return Err(Error::chunk_data(None, format!("stream {i} has {} sequences, the chunk {n}", d.num_sequences())));
     }
     let start = out.len();
     let mut total = 4 * n as u64;
@@ -404,7 +410,7 @@ pub fn encode_chunk(data: &ChunkData, out: &mut Vec<u8>) -> Result<(), Error> {
             total += record_len(d, s)?;
         }
     }
-    out.reserve(usize::try_from(total).map_err(|_| Error::config("chunk too large for memory"))?);
+    out.reserve(usize::try_from(total).map_err(|_| Error::limit("chunk size in bytes", total, usize::MAX as u64))?);
     put_u32s(out, &data.num_samples);
     for d in &data.streams {
         for s in 0..n {
@@ -430,17 +436,18 @@ pub fn encode_file(streams: &[StreamHeader], chunks: &[ChunkData]) -> Result<Vec
                 d.format() != h.format || d.dim != h.dim as usize || d.values.element_type() != h.element_type
             })
         {
-            return Err(Error::config(format!("chunk {k}'s streams do not match the stream headers")));
+            return Err(Error::chunk_data(None, format!("chunk {k}'s streams do not match the stream headers")));
         }
         let offset = out.len() as u64;
         encode_chunk(c, &mut out)?;
         let samples: u64 = c.num_samples.iter().map(|&x| u64::from(x)).sum();
         table.push(ChunkEntry {
             offset,
-            num_sequences: u32::try_from(c.num_sequences())
-                .map_err(|_| Error::config(format!("chunk {k} has more than 2^32 − 1 sequences")))?,
+            num_sequences: u32::try_from(c.num_sequences()).map_err(|_| {
+                Error::limit(format!("sequences in chunk {k}"), c.num_sequences() as u64, u32::MAX.into())
+            })?,
             num_samples: u32::try_from(samples)
-                .map_err(|_| Error::config(format!("chunk {k}'s meta counts sum to more than 2^32 − 1")))?,
+                .map_err(|_| Error::limit(format!("sum of chunk {k}'s meta counts"), samples, u32::MAX.into()))?,
         });
     }
     let header_offset = out.len() as u64;

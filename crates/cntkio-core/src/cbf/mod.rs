@@ -157,17 +157,21 @@ pub struct ChunkEntry {
 pub fn check_prefix(prefix: [u8; 12]) -> Result<(), Error> {
     let magic = le_u64(&prefix[0..8]);
     if magic != MAGIC {
-        return Err(Error::cbf(
+        return Err(Error::cbf_value(
             "magic",
             0,
+            Some(magic),
+            MAGIC..=MAGIC,
             format!("found 0x{magic:016x}, expected 0x{MAGIC:016x}: not a CNTK binary format file"),
         ));
     }
     let version = le_u32(&prefix[8..12]);
     if version != VERSION {
-        return Err(Error::cbf(
+        return Err(Error::cbf_value(
             "version",
             8,
+            Some(version.into()),
+            VERSION.into()..=VERSION.into(),
             format!("the reader version is {VERSION}, but the data file was created for version {version}"),
         ));
     }
@@ -198,18 +202,22 @@ impl Header {
     /// larger than `limits.max_header_bytes` (so the caller may allocate the range).
     pub fn byte_range(header_offset: u64, file_len: u64, limits: &Limits) -> Result<Range<u64>, Error> {
         if file_len < MIN_FILE_LEN {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 "file length",
                 0,
+                Some(file_len),
+                MIN_FILE_LEN..=u64::MAX,
                 format!("the file has {file_len} bytes; a CBF file has at least {MIN_FILE_LEN}"),
             ));
         }
         let trailer_at = file_len - TRAILER_LEN;
         let max = trailer_at - HEADER_FIXED_LEN;
         if header_offset < PREFIX_LEN || header_offset > max {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 "header offset",
                 trailer_at,
+                Some(header_offset),
+                PREFIX_LEN..=max,
                 format!(
                     "the trailer points to byte {} but the header must start in [{PREFIX_LEN}, {max}] in a file of {file_len} bytes",
                     header_offset as i64
@@ -239,9 +247,11 @@ impl Header {
         let mut r = Cursor { bytes: &bytes[..avail], pos: 0, base: header_offset, what: "the header" };
         let sentinel = r.u64("header sentinel")?;
         if sentinel != MAGIC {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 "header sentinel",
                 header_offset,
+                Some(sentinel),
+                MAGIC..=MAGIC,
                 format!("found 0x{sentinel:016x}, expected the magic number 0x{MAGIC:016x} (wrong header offset?)"),
             ));
         }
@@ -253,9 +263,11 @@ impl Header {
             return Err(limit("stream count", num_streams.into(), limits.max_streams.into(), i_at));
         }
         if u64::from(num_streams) * STREAM_HEADER_FIXED_LEN > r.remaining() {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 "stream count",
                 i_at,
+                Some(num_streams.into()),
+                0..=r.remaining() / STREAM_HEADER_FIXED_LEN,
                 format!(
                     "{num_streams} streams need at least {} bytes of stream headers, but the header has {} bytes left",
                     u64::from(num_streams) * STREAM_HEADER_FIXED_LEN,
@@ -270,9 +282,11 @@ impl Header {
         // nothing is allocated for a count the header cannot hold.
         let min_rest = u64::from(num_streams) * STREAM_HEADER_FIXED_LEN + u64::from(num_chunks) * CHUNK_ENTRY_LEN;
         if min_rest > r.remaining() {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 "chunk count",
                 c_at,
+                Some(num_chunks.into()),
+                0..=(r.remaining() - u64::from(num_streams) * STREAM_HEADER_FIXED_LEN) / CHUNK_ENTRY_LEN,
                 format!(
                     "{num_chunks} chunks need {} bytes of chunk table, but the header has only {} bytes after the stream count",
                     u64::from(num_chunks) * CHUNK_ENTRY_LEN,
@@ -286,9 +300,11 @@ impl Header {
         }
         let table_at = r.abs();
         if u64::from(num_chunks) * CHUNK_ENTRY_LEN > r.remaining() {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 "chunk count",
                 c_at,
+                Some(num_chunks.into()),
+                0..=r.remaining() / CHUNK_ENTRY_LEN,
                 format!(
                     "{num_chunks} chunks need {} bytes of chunk table at byte {table_at}, but only {} bytes are left before the trailer",
                     u64::from(num_chunks) * CHUNK_ENTRY_LEN,
@@ -306,9 +322,11 @@ impl Header {
             let num_samples = r.u32("sample count")?;
             let prev = chunks.last().map_or(PREFIX_LEN, |c: &ChunkEntry| c.offset);
             if offset < prev || offset > header_offset {
-                return Err(Error::cbf(
+                return Err(Error::cbf_value(
                     format!("chunk {k} offset"),
                     at,
+                    Some(offset),
+                    prev..=header_offset,
                     format!(
                         "chunk {k} starts at byte {}, but chunks must lie in [{PREFIX_LEN}, {header_offset}] (the header's offset) in file order, and the previous chunk starts at byte {prev}",
                         offset as i64
@@ -326,9 +344,11 @@ impl Header {
             let c = chunks[k];
             let need = 4 * u64::from(c.num_sequences);
             if end - c.offset < need {
-                return Err(Error::cbf(
+                return Err(Error::cbf_value(
                     format!("chunk {k} sequence count"),
                     table_at + k as u64 * CHUNK_ENTRY_LEN + 8,
+                    Some(c.num_sequences.into()),
+                    0..=(end - c.offset) / 4,
                     format!(
                         "{} sequences need {need} bytes of meta counts at byte {}, but the chunk ends at byte {end}",
                         c.num_sequences, c.offset
@@ -343,9 +363,11 @@ impl Header {
     pub fn from_file_bytes(file: &[u8], limits: &Limits) -> Result<Header, Error> {
         let n = file.len() as u64;
         if n < MIN_FILE_LEN {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 "file length",
                 0,
+                Some(n),
+                MIN_FILE_LEN..=u64::MAX,
                 format!("the file has {n} bytes; a CBF file has at least {MIN_FILE_LEN}"),
             ));
         }
@@ -462,9 +484,11 @@ fn parse_stream_header(r: &mut Cursor<'_>, i: u32, limits: &Limits) -> Result<St
         0 => StorageFormat::Dense,
         1 => StorageFormat::Sparse,
         t => {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 format!("stream {i} storage type"),
                 at,
+                Some(t.into()),
+                0..=1,
                 format!("unknown encoding type {t} (0 = dense, 1 = sparse)"),
             ))
         }
@@ -472,9 +496,11 @@ fn parse_stream_header(r: &mut Cursor<'_>, i: u32, limits: &Limits) -> Result<St
     let len_at = r.abs();
     let name_len = r.u32(&format!("stream {i} name length"))?;
     if u64::from(name_len) > r.remaining() {
-        return Err(Error::cbf(
+        return Err(Error::cbf_value(
             format!("stream {i} name length"),
             len_at,
+            Some(name_len.into()),
+            0..=r.remaining(),
             format!("a name of {name_len} bytes runs past the end of the header ({} bytes left)", r.remaining()),
         ));
     }
@@ -489,9 +515,11 @@ fn parse_stream_header(r: &mut Cursor<'_>, i: u32, limits: &Limits) -> Result<St
         0 => ElementType::F32,
         1 => ElementType::F64,
         t => {
-            return Err(Error::cbf(
+            return Err(Error::cbf_value(
                 format!("stream {i} element type"),
                 et_at,
+                Some(t.into()),
+                0..=1,
                 format!("unsupported input data type {t} (0 = float32, 1 = float64)"),
             ))
         }
@@ -499,9 +527,11 @@ fn parse_stream_header(r: &mut Cursor<'_>, i: u32, limits: &Limits) -> Result<St
     let dim_at = r.abs();
     let dim = r.u32(&format!("stream {i} dim"))?;
     if format == StorageFormat::Sparse && dim > i32::MAX as u32 {
-        return Err(Error::cbf(
+        return Err(Error::cbf_value(
             format!("stream {i} dim"),
             dim_at,
+            Some(dim.into()),
+            0..=i32::MAX as u64,
             format!("sparse dim {dim} is too large for a 32-bit signed index (at most {})", i32::MAX),
         ));
     }
@@ -549,9 +579,11 @@ impl<'a> Cursor<'a> {
                 self.pos += n;
                 Ok(s)
             }
-            None => Err(Error::cbf(
+            None => Err(Error::cbf_value(
                 field,
                 self.abs(),
+                Some(n as u64),
+                0..=self.remaining(),
                 format!(
                     "needs {n} bytes but {} ends at byte {} ({} bytes left)",
                     self.what,

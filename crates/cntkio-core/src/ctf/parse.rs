@@ -194,13 +194,16 @@ impl CtfParser {
                 .and_then(|a| usize::try_from(a).ok())
                 .filter(|&a| a <= bytes.len() && bytes.len() - a >= seq.len_bytes as usize)
                 .ok_or_else(|| {
-                    Error::new(ErrorKind::Config(format!(
-                        "sequence {} at byte {} is outside the {} bytes given from byte {}",
-                        seq.key,
-                        seq.offset,
-                        bytes.len(),
-                        base
-                    )))
+                    Error::option(
+                        "bytes",
+                        format!(
+                            "sequence {} at byte {} is outside the {} bytes given from byte {}",
+                            seq.key,
+                            seq.offset,
+                            bytes.len(),
+                            base
+                        ),
+                    )
                 })?;
             // The fast paths may look past the sequence's end (never using what they see there).
             let ext = &bytes[a..];

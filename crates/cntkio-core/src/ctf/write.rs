@@ -438,42 +438,42 @@ impl CtfWriter {
     ) -> Result<(), Error> {
         let specs = self.schema.streams();
         if data.streams.len() != specs.len() {
-            return Err(Error::config(format!(
-                "chunk data has {} streams, the schema {}",
-                data.streams.len(),
-                specs.len()
-            )));
+            return Err(Error::chunk_data(None, format!("{} streams, the schema {}", data.streams.len(), specs.len())));
         }
         for (d, s) in data.streams.iter().zip(specs) {
             if d.format() != s.format || d.dim != s.dim {
-                return Err(Error::config(format!(
-                    "stream \"{}\" is {} with dim {} in the schema but {} with dim {} in the data",
-                    s.name,
-                    s.format.name(),
-                    s.dim,
-                    d.format().name(),
-                    d.dim
-                )));
+                return Err(Error::chunk_data(
+                    None,
+                    format!(
+                        "stream \"{}\" is {} with dim {} in the schema but {} with dim {} in the data",
+                        s.name,
+                        s.format.name(),
+                        s.dim,
+                        d.format().name(),
+                        d.dim
+                    ),
+                ));
             }
             if d.num_sequences() != data.keys.len() {
-                return Err(Error::config(format!(
-                    "stream \"{}\" has {} sequences, the chunk {}",
-                    s.name,
-                    d.num_sequences(),
-                    data.keys.len()
-                )));
+                return Err(Error::chunk_data(
+                    None,
+                    format!("stream \"{}\" has {} sequences, the chunk {}", s.name, d.num_sequences(), data.keys.len()),
+                ));
             }
         }
         let mut ranges = vec![(0u64, 0u64); specs.len()];
-        let keys = data
-            .keys
-            .get(seqs.clone())
-            .ok_or_else(|| Error::config(format!("sequences {seqs:?} of a chunk of {} sequences", data.keys.len())))?;
+        let keys = data.keys.get(seqs.clone()).ok_or_else(|| {
+            Error::new(ErrorKind::SequenceOutOfRange {
+                sequence: seqs.end.saturating_sub(1) as u64,
+                num_sequences: data.keys.len() as u64,
+            })
+        })?;
         for (s, &key) in seqs.zip(keys) {
             if self.last_key == Some(key) {
-                return Err(Error::config(format!(
-                    "sequence {s} has key {key}, like the sequence before it; CTF would merge the two"
-                ))
+                return Err(Error::chunk_data(
+                    Some(s),
+                    format!("key {key} is the key of the sequence before it too; CTF would merge the two"),
+                )
                 .with_sequence(key));
             }
             let seq_start = out.len();
@@ -482,7 +482,12 @@ impl CtfWriter {
             for (i, d) in data.streams.iter().enumerate() {
                 let r = match (d.sequence_offsets.get(s), d.sequence_offsets.get(s + 1)) {
                     (Some(&a), Some(&b)) if a <= b => (a, b),
-                    _ => return Err(Error::config(format!("stream \"{}\": bad sequence offsets", specs[i].name))),
+                    _ => {
+                        return Err(Error::chunk_data(
+                            Some(s),
+                            format!("stream \"{}\": bad sequence offsets", specs[i].name),
+                        ))
+                    }
                 };
                 if r.0 == r.1 {
                     empty.push(specs[i].name.clone());

@@ -86,6 +86,12 @@ fn io_err(op: &str, path: &Path, e: std::io::Error) -> Error {
     Error::io(format!("{op} {}", path.display()), e).with_path(path.display().to_string())
 }
 
+/// A chunk range outside the map: the header's ranges were checked against the length the file was
+/// mapped with, so this is a bug.
+fn outside_map(k: usize, r: &std::ops::Range<u64>) -> Error {
+    Error::internal(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
+}
+
 /// Reads exactly `buf.len()` bytes at `offset` without moving a shared cursor.
 fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     #[cfg(unix)]
@@ -154,7 +160,8 @@ impl CbfFile {
         let map = if options.mmap {
             let m = mmap::map_readonly(&file).map_err(|e| io_err("map", path, e))?;
             if m.len() as u64 != len {
-                return Err(Error::config(format!("{p} changed size while it was being opened")).with_path(p));
+                let changed = std::io::Error::other("the file changed size while it was being opened");
+                return Err(io_err("map", path, changed));
             }
             Some(m)
         } else {
@@ -221,10 +228,7 @@ impl CbfFile {
         match &self.map {
             Some(m) => {
                 crate::mmap::prefault(m, r.start as usize, (r.end - r.start) as usize);
-                m.get(r.start as usize..r.end as usize).ok_or_else(|| {
-                    Error::config(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
-                        .with_path(p())
-                })
+                m.get(r.start as usize..r.end as usize).ok_or_else(|| outside_map(k, &r).with_path(p()))
             }
             None => {
                 buf.clear();
@@ -240,7 +244,8 @@ impl CbfFile {
     pub fn chunk_len(&self, k: usize) -> Result<usize, Error> {
         let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(self.path.display().to_string()))?;
         let r = dec.byte_range();
-        usize::try_from(r.end - r.start).map_err(|_| Error::config(format!("chunk {k} does not fit in memory")))
+        usize::try_from(r.end - r.start)
+            .map_err(|_| Error::limit(format!("chunk {k} size in bytes"), r.end - r.start, usize::MAX as u64))
     }
 
     /// Reads the undecoded bytes of chunk `k` into `dst`, whose length must be [`CbfFile::chunk_len`] (a
@@ -250,13 +255,11 @@ impl CbfFile {
         let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(self.path.display().to_string()))?;
         let r = dec.byte_range();
         if dst.len() as u64 != r.end - r.start {
-            return Err(Error::config(format!("chunk {k} has {} bytes, not {}", r.end - r.start, dst.len())));
+            return Err(Error::option("dst", format!("chunk {k} has {} bytes, not {}", r.end - r.start, dst.len())));
         }
         match &self.map {
             Some(m) => {
-                let src = m.get(r.start as usize..r.end as usize).ok_or_else(|| {
-                    Error::config(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
-                })?;
+                let src = m.get(r.start as usize..r.end as usize).ok_or_else(|| outside_map(k, &r))?;
                 dst.copy_from_slice(src);
                 Ok(())
             }
@@ -281,9 +284,7 @@ impl CbfFile {
                 // No prefault here: the decoder reads the bytes once, in order, and faults (with the
                 // kernel's fault-around) cost no more than populating; on later passes the pages are
                 // mapped and populating them again was a measurable loss.
-                let bytes = m.get(r.start as usize..r.end as usize).ok_or_else(|| {
-                    Error::config(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
-                })?;
+                let bytes = m.get(r.start as usize..r.end as usize).ok_or_else(|| outside_map(k, &r))?;
                 dec.decode_into(bytes, out)
             }
             None => {

@@ -307,7 +307,7 @@ impl CbfWriter {
             Some((stream, bytes)) => {
                 // Bounded memory: the data whose records wait for the write thread, here and on their way,
                 // stay within about a chunk (see `Sink::wait_for_records`).
-                let sink = self.sink.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
+                let sink = self.sink.as_mut().ok_or_else(finished)?;
                 sink.wait_for_records(self.deferred_bytes.saturating_add(bytes))
                     .map_err(|e| Error::io("write a CBF chunk", e))?;
                 let shared = Arc::new(Shared {
@@ -336,7 +336,8 @@ impl CbfWriter {
     pub fn write_sequence(&mut self, data: &ChunkData, s: usize) -> Result<(), Error> {
         self.check(data)?;
         if s >= data.num_sequences() {
-            return Err(Error::config(format!("sequence {s} does not exist; the data have {}", data.num_sequences())));
+            let num_sequences = data.num_sequences() as u64;
+            return Err(Error::new(ErrorKind::SequenceOutOfRange { sequence: s as u64, num_sequences }));
         }
         self.append(data, s..s + 1, false, None)
     }
@@ -359,14 +360,11 @@ impl CbfWriter {
 
     fn check(&self, data: &ChunkData) -> Result<(), Error> {
         if self.broken {
-            return Err(Error::config("the writer failed earlier; its output is incomplete"));
+            return Err(Error::new(ErrorKind::WriterFailed));
         }
         if data.streams.len() != self.streams.len() {
-            return Err(Error::config(format!(
-                "the data have {} streams, the schema {}",
-                data.streams.len(),
-                self.streams.len()
-            )));
+            let problem = format!("{} streams, the schema {}", data.streams.len(), self.streams.len());
+            return Err(Error::chunk_data(None, problem));
         }
         for (d, h) in data.streams.iter().zip(&self.streams) {
             if d.format() != h.format || d.dim != h.dim as usize || d.values.element_type() != h.element_type {
@@ -386,9 +384,7 @@ impl CbfWriter {
         }
         let n = data.keys.len();
         if data.num_samples.len() != n || data.streams.iter().any(|d| d.num_sequences() != n) {
-            return Err(Error::config(
-                "the data's keys, sample counts and streams disagree on the number of sequences",
-            ));
+            return Err(Error::chunk_data(None, "keys, sample counts and streams disagree on the number of sequences"));
         }
         Ok(())
     }
@@ -577,12 +573,12 @@ impl CbfWriter {
         run: Range<usize>,
         deferred: Option<(&Arc<Shared>, usize)>,
     ) -> Result<(), Error> {
-        let sink = self.sink.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
+        let sink = self.sink.as_mut().ok_or_else(finished)?;
         for (i, (d, sec)) in data.streams.iter().zip(&mut self.sections).enumerate() {
             if let Some((shared, _)) = deferred.filter(|&(_, k)| k == i) {
                 let bytes = valid_run_len(d, run.clone());
                 if usize::try_from(bytes).is_err() {
-                    return Err(Error::config("a record too large for memory"));
+                    return Err(Error::limit("records' size in bytes", bytes, usize::MAX as u64));
                 }
                 match sec.last_mut() {
                     Some(Piece::Records(r)) if Arc::ptr_eq(&r.data, shared) && r.seqs.end == run.start => {
@@ -607,13 +603,14 @@ impl CbfWriter {
                     _ => 0,
                 };
                 if k == 0 && fresh {
-                    return Err(Error::config("internal: a record does not fit a segment made for it"));
+                    return Err(Error::internal("a record does not fit a segment made for it"));
                 }
                 s += k;
                 fresh = k == 0;
                 if fresh {
-                    let len = usize::try_from(valid_record_len(d, s))
-                        .map_err(|_| Error::config("a record too large for memory"))?;
+                    let len = valid_record_len(d, s);
+                    let len = usize::try_from(len)
+                        .map_err(|_| Error::limit("record size in bytes", len, usize::MAX as u64))?;
                     sec.push(Piece::Segment(sink.segment(len).map_err(|e| Error::io("write a CBF chunk", e))?));
                 }
             }
@@ -641,7 +638,7 @@ impl CbfWriter {
     }
 
     fn send_chunk(&mut self) -> Result<(), Error> {
-        let sink = self.sink.as_mut().ok_or_else(|| Error::config("the writer is finished"))?;
+        let sink = self.sink.as_mut().ok_or_else(finished)?;
         let io = |e| Error::io("write a CBF chunk", e);
         self.scratch.clear();
         self.scratch.extend(self.meta.iter().flat_map(|m| m.to_le_bytes()));
@@ -656,8 +653,8 @@ impl CbfWriter {
         }
         self.deferred_bytes = 0;
         if sink.position() != self.pos + self.pending_bytes {
-            return Err(Error::config(format!(
-                "internal: chunk {} has {} bytes, {} were expected",
+            return Err(Error::internal(format!(
+                "chunk {} has {} bytes, {} were expected",
                 self.table.len(),
                 sink.position().wrapping_sub(self.pos),
                 self.pending_bytes
@@ -675,7 +672,7 @@ impl CbfWriter {
     /// target.
     pub fn finish(mut self) -> Result<CbfSummary, Error> {
         if self.broken {
-            return Err(Error::config("the writer failed earlier; its output is incomplete"));
+            return Err(Error::new(ErrorKind::WriterFailed));
         }
         let last =
             !self.meta.is_empty() || (self.options.chunking == Chunking::Ctf2binCompatible && self.table.is_empty());
@@ -686,10 +683,10 @@ impl CbfWriter {
         let mut tail = Vec::new();
         encode_header(&self.streams, &self.table, &mut tail)?;
         encode_trailer(header_offset, &mut tail);
-        let mut sink = self.sink.take().ok_or_else(|| Error::config("the writer is finished"))?;
+        let mut sink = self.sink.take().ok_or_else(finished)?;
         sink.put(&tail).map_err(|e| Error::io("write the CBF header", e))?;
         let len = sink.finish().map_err(|e| Error::io("write the CBF file", e))?;
-        let tmp = self.tmp.take().ok_or_else(|| Error::config("the writer is finished"))?;
+        let tmp = self.tmp.take().ok_or_else(finished)?;
         tmp.as_file().set_len(len).map_err(|e| Error::io("set the length of the CBF file", e))?;
         crate::output::persist(tmp, &self.path)?;
         self.summary.bytes = len;
@@ -802,12 +799,18 @@ fn valid_run_len(d: &StreamData, run: Range<usize>) -> u64 {
     }
 }
 
+/// The error for a writer whose sink or temporary file is gone: only `finish`, which consumes the
+/// writer, takes them, so this is a bug.
+fn finished() -> Error {
+    Error::internal("the CBF writer's output is gone")
+}
+
 /// Checks that every stream's sequence offsets around sequence `s` exist and do not decrease.
 fn stream_lens(data: &ChunkData, s: usize) -> Result<(), Error> {
     for d in &data.streams {
         match (d.sequence_offsets.get(s), d.sequence_offsets.get(s + 1)) {
             (Some(&a), Some(&b)) if a <= b => {}
-            _ => return Err(Error::config(format!("sequence {s}: bad sequence offsets"))),
+            _ => return Err(Error::chunk_data(Some(s), "bad sequence offsets")),
         }
     }
     Ok(())

@@ -70,6 +70,13 @@ impl Pos {
         e
     }
 
+    /// An invalid value of the config key `key` (its dotted path) at this position.
+    pub fn key_error(&self, key: impl Into<String>, problem: impl Into<String>) -> Error {
+        let mut e = Error::option(key, problem);
+        *e.position_mut() = self.position();
+        e
+    }
+
     /// The position `n` bytes further on the same line.
     pub fn offset(self, n: usize) -> Pos {
         Pos { byte: self.byte + n, column: self.column + n as u32, ..self }
@@ -262,7 +269,7 @@ pub fn parse_origin(text: &str, origin: Origin) -> Result<Block, Error> {
 pub fn split_override(arg: &str) -> Result<(String, String), Error> {
     match arg.split_once('=') {
         Some((name, value)) if !name.trim().is_empty() => Ok((name.trim().to_string(), value.trim().to_string())),
-        _ => Err(Error::config(format!("config override {arg:?} must have the form name=value"))),
+        _ => Err(Error::option_value("config override", arg, "must have the form name=value")),
     }
 }
 

@@ -381,7 +381,7 @@ impl<'a> Keys<'a> {
     }
 
     fn err(&self, pos: Pos, key: &str, message: impl std::fmt::Display) -> Error {
-        pos.error(format!("{}.{key}: {message}", self.path))
+        pos.key_error(format!("{}.{key}", self.path), message.to_string())
     }
 
     fn text(&self, key: &str) -> Result<Option<(String, Pos)>, Error> {

@@ -112,9 +112,12 @@ impl CtfReader {
         if let Some(d) = self.kept.lock().expect("lock").get(&(i as u32)) {
             return Ok(d.clone());
         }
-        let desc = self.index.chunks.get(i).cloned().ok_or_else(|| {
-            Error::config(format!("chunk {i} does not exist (the file has {} chunks)", self.index.chunks.len()))
-        })?;
+        let desc = self
+            .index
+            .chunks
+            .get(i)
+            .cloned()
+            .ok_or_else(|| Error::chunk_out_of_range(i as u64, self.index.chunks.len()))?;
         let policy = ParsePolicy {
             stop_after: usize::try_from(self.options.max_errors).unwrap_or(usize::MAX).saturating_add(1),
             keep: 1000,
@@ -159,7 +162,7 @@ impl SequenceSource for CtfReader {
             .index
             .chunks
             .get(chunk as usize)
-            .ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+            .ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.index.chunks.len()))?;
         out.extend(c.sequences.iter().map(|s| SequenceInfo { num_samples: s.num_samples, key: s.key }));
         Ok(())
     }
@@ -184,7 +187,7 @@ pub(crate) fn apply_budget(used: &mut u64, max_errors: u64, p: &ParsedChunk) -> 
     if *used > max_errors {
         return Err(Error::new(ErrorKind::MaxErrorsReached {
             max_errors,
-            last: Box::new(Error::config(format!("{} errors in chunk {}", p.num_errors, p.desc.index))),
+            last: Box::new(Error::new(ErrorKind::ChunkErrors { num_errors: p.num_errors, chunk: p.desc.index.into() })),
         }));
     }
     if let Some(f) = &p.fatal {

@@ -189,7 +189,8 @@ impl ErrorSink for Sink {
         }
         if self.num_errors >= self.policy.stop_after as u64 {
             self.stopped = true;
-            return Err(Error::new(ErrorKind::Config("stopped".into())));
+            // A marker, never reported: `parse_chunk` sees `stopped` and drops it.
+            return Err(Error::internal("the error budget stopped the parse"));
         }
         Ok(())
     }

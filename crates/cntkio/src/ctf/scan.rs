@@ -98,7 +98,7 @@ pub fn scan_file_owned(
         skip_bad_sequences: scan.skip_bad_sequences,
     };
     const STOPPED: &str = "\u{0}cntkio: consumer stopped";
-    let is_stop = |e: &Error| matches!(e.kind(), cntkio_core::ErrorKind::Config(s) if s == STOPPED);
+    let is_stop = |e: &Error| matches!(e.kind(), cntkio_core::ErrorKind::Internal { problem } if problem == STOPPED);
     let mut summary = ScanSummary::default();
     let mut used = 0u64;
     let mut released_to = 0u64;
@@ -121,7 +121,7 @@ pub fn scan_file_owned(
         file.release(from, end.saturating_sub(from));
         released_to = released_to.max(end);
         if flow.is_break() {
-            return Err(Error::config(STOPPED));
+            return Err(Error::internal(STOPPED));
         }
         Ok(spare)
     };
@@ -271,7 +271,7 @@ pub fn scan_file_owned(
             if started == 0 {
                 return Err(match failed {
                     Some(e) => Error::io("start a parser thread", e),
-                    None => Error::config("no parser thread"),
+                    None => Error::internal("no parser thread was started"),
                 });
             }
             drop(buf_tx);
@@ -305,7 +305,7 @@ pub fn scan_file_owned(
             let r = for_each_row_chunk(
                 &mut |desc, bytes| {
                     while in_flight >= in_flight_max {
-                        let (i, rows, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
+                        let (i, rows, r) = res_rx.recv().map_err(|_| Error::internal("a parser thread stopped"))?;
                         pending.insert(i, (rows, r));
                         drain(&mut pending, &mut next, &mut in_flight, &mut summary)?;
                     }
@@ -319,7 +319,7 @@ pub fn scan_file_owned(
                         }
                         _ => None,
                     };
-                    job_tx.send((desc, copy)).map_err(|_| Error::config("parser threads stopped"))?;
+                    job_tx.send((desc, copy)).map_err(|_| Error::internal("the parser threads stopped"))?;
                     in_flight += 1;
                     while let Ok((i, rows, r)) = res_rx.try_recv() {
                         pending.insert(i, (rows, r));
@@ -332,7 +332,7 @@ pub fn scan_file_owned(
             drop(job_tx);
             let r = r.and_then(|mode| {
                 while in_flight > 0 {
-                    let (i, rows, r) = res_rx.recv().map_err(|_| Error::config("a parser thread stopped"))?;
+                    let (i, rows, r) = res_rx.recv().map_err(|_| Error::internal("a parser thread stopped"))?;
                     pending.insert(i, (rows, r));
                     drain(&mut pending, &mut next, &mut in_flight, &mut summary)?;
                 }
@@ -398,8 +398,7 @@ fn with_first_line(
     reparse: impl FnOnce(ChunkDesc, ChunkData) -> Result<ParsedChunk, Error>,
 ) -> Result<ParsedChunk, Error> {
     let line = *next_line.get_or_insert(p.desc.first_line);
-    let shift =
-        line.checked_sub(p.desc.first_line).ok_or_else(|| Error::config("internal: a chunk's rows out of order"))?;
+    let shift = line.checked_sub(p.desc.first_line).ok_or_else(|| Error::internal("a chunk's rows out of order"))?;
     if shift > 0 {
         // Every error kept or warning kept is counted, and a parse stopped by the budget counted errors.
         let clean = p.num_errors == 0 && p.num_dropped == 0 && p.num_warnings == 0 && p.fatal.is_none();

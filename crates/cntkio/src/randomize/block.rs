@@ -54,8 +54,8 @@ impl<S: SequenceSource> BlockRandomizer<S> {
     /// Until [`start_epoch`](SequenceEnumerator::start_epoch) is called the epoch is endless, with one
     /// worker and no sweep crossing.
     ///
-    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no chunks, more than `u32::MAX` chunks,
-    /// no samples, no sequences, or a sample count overflowing `u64`.
+    /// Errors: no chunks, samples or sequences ([`ErrorKind::EmptyData`](crate::ErrorKind::EmptyData)), more than `u32::MAX` chunks or a
+    /// sample count overflowing `u64` ([`ErrorKind::Limit`](crate::ErrorKind::Limit)).
     pub fn new(source: S, window: Window, seed: u64) -> Result<BlockRandomizer<S>, Error> {
         let (sweep_size, num_sequences) = check_chunks(source.chunks())?;
         let chunks = ChunkRandomizer::new(source.chunks(), window);
@@ -101,8 +101,8 @@ impl<S: SequenceSource> BlockRandomizer<S> {
     /// first). The run still starts where it always does; restore a position at the start of the sweep
     /// (`sweep × sweep size`) to begin there.
     ///
-    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): chunk dealing (CNTK's cannot resume with
-    /// other workers), or rounds that [`ElasticResume::check`] refuses for this data.
+    /// Errors: chunk dealing ([`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption): CNTK's cannot resume with other workers), or rounds
+    /// that [`ElasticResume::check`] refuses for this data.
     pub fn with_elastic_resume(mut self, resume: ElasticResume) -> Result<BlockRandomizer<S>, Error> {
         if !self.balanced {
             return Err(elastic_needs_balanced());
@@ -338,7 +338,8 @@ impl<S: SequenceSource> SequenceEnumerator for BlockRandomizer<S> {
 
 /// The error for elastic resume without balanced dealing.
 pub(crate) fn elastic_needs_balanced() -> Error {
-    Error::config(
+    Error::option(
+        "balanced_workers",
         "elastic resume (another number of workers for the rest of a sweep) needs balanced dealing with \
          randomization (balanced_workers=True and shuffle=True); CNTK's chunk dealing cannot do it",
     )

@@ -54,14 +54,14 @@ impl ElasticResume {
     /// Checks the rounds against a sweep of `sequences` sequences and returns how many sequences they
     /// leave.
     ///
-    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): a round with no workers or more than
+    /// Errors ([`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState)): a round with no workers or more than
     /// `u32::MAX`, or a count larger than that worker's share of the sequences left to its round.
     pub fn check(&self, sequences: u64) -> Result<u64, Error> {
         let mut left = sequences;
         for (i, round) in self.rounds.iter().enumerate() {
             let workers = round.len() as u64;
             if workers == 0 || u32::try_from(workers).is_err() {
-                return Err(Error::config(format!(
+                return Err(Error::state(format!(
                     "elastic resume of sweep {}: round {i} has {workers} workers; it needs 1 to 2^32 − 1 (one count \
                      per worker)",
                     self.sweep
@@ -71,7 +71,7 @@ impl ElasticResume {
             for (r, &n) in round.iter().enumerate() {
                 let share = share(left, workers, r as u64);
                 if n > share {
-                    return Err(Error::config(format!(
+                    return Err(Error::state(format!(
                         "elastic resume of sweep {}: worker {r} of {workers} (round {i}) consumed {n} sequences, but \
                          its share of the {left} sequences left to that round is {share}",
                         self.sweep

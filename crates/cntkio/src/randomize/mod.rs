@@ -80,7 +80,7 @@ pub struct ChunkInfo {
     /// places the sweeps on the timeline; if it declares more samples than the sequences have, a sweep
     /// ends when its sequences are over and the rest of it is skipped (CNTK would stall there or hand the
     /// same sequences out again). Sequences that all have length 0 are an
-    /// [`ErrorKind::Config`](crate::ErrorKind::Config) error ("no samples") when found.
+    /// [`ErrorKind::ZeroLengthSequences`](crate::ErrorKind::ZeroLengthSequences) error when found.
     pub num_samples: u64,
     /// Number of sequences in the chunk; [`SequenceSource::sequences`] must return exactly this many.
     pub num_sequences: u32,
@@ -217,16 +217,7 @@ impl Default for EpochConfig {
 impl EpochConfig {
     /// Checks `workers` and `rank`.
     fn validate(&self) -> Result<(), Error> {
-        if self.workers == 0 {
-            return Err(Error::config("the number of workers must be at least 1"));
-        }
-        if self.rank >= self.workers {
-            return Err(Error::config(format!(
-                "worker rank {} is out of range for {} workers (ranks are 0-based)",
-                self.rank, self.workers
-            )));
-        }
-        Ok(())
+        check_worker(self.rank.into(), self.workers.into())
     }
 
     /// The epoch size in samples for a sweep of `sweep_size` samples (saturating).
@@ -251,7 +242,7 @@ impl EpochConfig {
 pub trait SequenceEnumerator {
     /// Sets the epoch and the worker configuration, and seeks to the start of the epoch.
     ///
-    /// Errors: `workers == 0` or `rank >= workers` ([`ErrorKind::Config`](crate::ErrorKind::Config)),
+    /// Errors: `workers == 0` or `rank >= workers` ([`ErrorKind::WorkerOutOfRange`](crate::ErrorKind::WorkerOutOfRange)),
     /// data without samples (see [`ChunkInfo::num_samples`]), and errors of the [`SequenceSource`].
     fn start_epoch(&mut self, config: &EpochConfig) -> Result<(), Error>;
 
@@ -304,38 +295,47 @@ impl<T: SequenceEnumerator + ?Sized> SequenceEnumerator for Box<T> {
     }
 }
 
+/// Checks that there is a worker and that `rank` is one of the `workers`.
+pub(crate) fn check_worker(rank: u64, workers: u64) -> Result<(), Error> {
+    if rank >= workers {
+        return Err(Error::new(crate::ErrorKind::WorkerOutOfRange { rank, workers }));
+    }
+    Ok(())
+}
+
 /// Checks a chunk list; returns `(sweep size, total number of sequences)`.
 fn check_chunks(chunks: &[ChunkInfo]) -> Result<(u64, u64), Error> {
     if chunks.is_empty() {
-        return Err(Error::config("the data has no chunks"));
+        return Err(empty_data("chunks"));
     }
     if u32::try_from(chunks.len()).is_err() {
-        return Err(Error::config(format!("the data has {} chunks; at most 2^32 − 1 are supported", chunks.len())));
+        return Err(Error::limit("number of chunks", chunks.len() as u64, u32::MAX.into()));
     }
     let mut samples = 0u64;
     let mut sequences = 0u64;
     for c in chunks {
         samples = samples
             .checked_add(c.num_samples)
-            .ok_or_else(|| Error::config("the total number of samples overflows a 64-bit integer"))?;
+            .ok_or_else(|| Error::limit("total number of samples, a sum that overflows 64 bits", u64::MAX, u64::MAX))?;
         sequences += u64::from(c.num_sequences);
     }
     if samples == 0 {
-        return Err(Error::config("the data has no samples (the sweep size is 0)"));
+        return Err(empty_data("samples (the sweep size is 0)"));
     }
     if sequences == 0 {
-        return Err(Error::config("the data has no sequences"));
+        return Err(empty_data("sequences"));
     }
     Ok((samples, sequences))
+}
+
+fn empty_data(missing: &str) -> Error {
+    Error::new(crate::ErrorKind::EmptyData { missing: missing.to_string() })
 }
 
 /// The error for data whose `sequences` all have length 0 although the chunk table declares `declared`
 /// samples: no position on the timeline can ever be reached, so no epoch could end.
 fn no_samples(sequences: u64, declared: u64) -> Error {
-    Error::config(format!(
-        "the data has no samples: all {sequences} of its sequences have length 0, although the chunk table \
-         declares {declared} samples"
-    ))
+    Error::new(crate::ErrorKind::ZeroLengthSequences { sequences, declared })
 }
 
 /// Loads the sequence list of `chunk` into `out` and checks its length against the chunk table.
@@ -348,10 +348,8 @@ fn load_sequences<S: SequenceSource + ?Sized>(
     out.clear();
     source.sequences(chunk, out)?;
     if out.len() != expected as usize {
-        return Err(Error::config(format!(
-            "chunk {chunk} has {} sequences, but the chunk table says {expected}",
-            out.len()
-        )));
+        let (declared, found) = (expected.into(), out.len() as u64);
+        return Err(Error::new(crate::ErrorKind::ChunkSequenceCount { chunk: chunk.into(), declared, found }));
     }
     Ok(())
 }

@@ -45,9 +45,9 @@ impl<S: SequenceSource> NoRandomizer<S> {
     /// Until [`start_epoch`](SequenceEnumerator::start_epoch) is called the epoch is endless, with one
     /// worker and no sweep crossing.
     ///
-    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no chunks, more than `u32::MAX` chunks,
-    /// no samples (CNTK: `NoRandomizer: Expected input to contain samples…`), no sequences, or a sample
-    /// count overflowing `u64`.
+    /// Errors: no chunks, no samples (CNTK: `NoRandomizer: Expected input to contain samples…`) or no
+    /// sequences ([`ErrorKind::EmptyData`](crate::ErrorKind::EmptyData)), more than `u32::MAX` chunks or a sample count overflowing `u64`
+    /// ([`ErrorKind::Limit`](crate::ErrorKind::Limit)).
     pub fn new(source: S) -> Result<NoRandomizer<S>, Error> {
         let (sweep_size, total_sequences) = check_chunks(source.chunks())?;
         let chunks = source.chunks().to_vec();

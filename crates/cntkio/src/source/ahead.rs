@@ -133,7 +133,7 @@ impl Ahead {
         }
         self.shared.changed.notify_all();
         let handle = self.handle.take().expect("joined once");
-        let e = handle.join().map_err(|_| Error::config("internal error: the minibatch planning thread panicked"))?;
+        let e = handle.join().map_err(|_| Error::internal("the minibatch planning thread panicked"))?;
         let made = self.shared.lock().made;
         Ok((e, made != self.taken))
     }

@@ -118,7 +118,7 @@ impl Packer {
         let p = (size / tau).max(1);
         let w = u64::from(workers);
         if w > p {
-            return Err(Error::config(TOO_MANY_WORKERS));
+            return Err(Error::option("workers", TOO_MANY_WORKERS));
         }
         let local = p / w + u64::from(u64::from(rank) < p % w);
         self.rows = vec![Row::default(); local as usize];
@@ -277,7 +277,7 @@ impl Packer {
                 let pick = Pick { chunk: h.chunk, index: h.index, num_samples: h.samples, key: h.key };
                 let view = view_of(h.chunk)?;
                 if h.index as usize >= view.num_sequences() {
-                    return Err(Error::config(format!(
+                    return Err(Error::state(format!(
                         "the state names sequence {} of chunk {}, which does not exist",
                         h.index, h.chunk
                     )));
@@ -285,7 +285,7 @@ impl Packer {
                 row.queue.push_back(self.hold(pick, view, streams, h.sweep_end)?);
             }
             if row.queue.front().is_some_and(|f| f.len <= row.cursor) || (row.queue.is_empty() && row.cursor > 0) {
-                return Err(Error::config("the state's row cursor lies outside its first sequence"));
+                return Err(Error::state("the state's row cursor lies outside its first sequence"));
             }
             rows.push(row);
         }

@@ -5,7 +5,7 @@
 use super::SourceChunk;
 use crate::cbf::{CbfFile, CbfOptions};
 use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
-use crate::{ChunkData, CtfReader, Error, StreamSpec};
+use crate::{ChunkData, CtfReader, Error, ErrorKind, StreamSpec};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
@@ -147,7 +147,7 @@ impl SequenceSource for CbfSource {
             .file
             .header()
             .first_sequence(c)
-            .ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+            .ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.chunks.len()))?;
         let meta = &self.meta[self.meta_offsets[c]..self.meta_offsets[c + 1]];
         out.extend(meta.iter().enumerate().map(|(i, &n)| SequenceInfo { num_samples: n, key: first + i as u64 }));
         Ok(())
@@ -190,10 +190,11 @@ impl MultiSource {
     /// Concatenates `parts`. Every part must have the same streams (names, dims, storage formats and
     /// element types, in the same order); aliases may differ.
     ///
-    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no parts, different streams, or more than
-    /// 2^32 − 1 chunks in all.
+    /// Errors: no parts ([`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption)), different streams ([`ErrorKind::StreamsDiffer`](crate::ErrorKind::StreamsDiffer)), or more
+    /// than 2^32 − 1 chunks in all ([`ErrorKind::Limit`](crate::ErrorKind::Limit)).
     pub fn new(parts: Vec<Arc<dyn Deserializer>>) -> Result<MultiSource, Error> {
-        let first = parts.first().ok_or_else(|| Error::config("a multi-file source needs at least one file"))?;
+        let first =
+            parts.first().ok_or_else(|| Error::option("parts", "a multi-file source needs at least one file"))?;
         let streams = first.streams().to_vec();
         let mut chunks = Vec::new();
         let mut map = Vec::new();
@@ -203,12 +204,11 @@ impl MultiSource {
                     a.name == b.name && a.dim == b.dim && a.format == b.format && a.element_type == b.element_type
                 });
             if !same {
-                return Err(Error::config(format!(
-                    "file {} of a multi-file source has streams [{}], but the first file has [{}]",
-                    p + 1,
-                    describe(part.streams()),
-                    describe(&streams)
-                )));
+                return Err(Error::new(ErrorKind::StreamsDiffer {
+                    part: p as u64 + 1,
+                    streams: describe(part.streams()),
+                    first: describe(&streams),
+                }));
             }
             for (c, info) in part.chunks().iter().enumerate() {
                 chunks.push(*info);
@@ -216,7 +216,7 @@ impl MultiSource {
             }
         }
         if u32::try_from(chunks.len()).is_err() {
-            return Err(Error::config(format!("{} chunks in all; at most 2^32 − 1 are supported", chunks.len())));
+            return Err(Error::limit("number of chunks in all files", chunks.len() as u64, u32::MAX.into()));
         }
         Ok(MultiSource { parts, chunks, map, streams })
     }
@@ -245,7 +245,7 @@ impl SequenceSource for MultiSource {
         &self.chunks
     }
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
-        let (p, c) = self.locate(chunk).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        let (p, c) = self.locate(chunk).ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.chunks.len()))?;
         self.parts[p].sequences(c, out)
     }
 }
@@ -255,11 +255,11 @@ impl Deserializer for MultiSource {
         &self.streams
     }
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
-        let (p, c) = self.locate(chunk).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        let (p, c) = self.locate(chunk).ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.chunks.len()))?;
         self.parts[p].load_chunk(c)
     }
     fn load_source_chunk(&self, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
-        let (p, c) = self.locate(chunk).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+        let (p, c) = self.locate(chunk).ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.chunks.len()))?;
         self.parts[p].load_source_chunk(c, spare)
     }
     fn load_order_matters(&self) -> bool {
@@ -295,17 +295,22 @@ impl std::fmt::Debug for Composite {
 impl Composite {
     /// Joins `parts` (the first is the primary) by key.
     ///
-    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no parts; two parts with a `definesMBSize`
-    /// stream; no primary sequence whose key every part has (CNTK: `Could not reconcile data between
-    /// different deserializers. Keys of logical sequences do not match.`); and errors of the parts.
+    /// Errors: no parts ([`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption)); two parts with a `definesMBSize` stream
+    /// ([`ErrorKind::SeveralMainStreams`](crate::ErrorKind::SeveralMainStreams)); no primary sequence whose key every part has
+    /// ([`ErrorKind::KeysDoNotMatch`](crate::ErrorKind::KeysDoNotMatch), CNTK's `Could not reconcile data between different deserializers. Keys of
+    /// logical sequences do not match.`); and errors of the parts.
     pub fn new(parts: Vec<Arc<dyn Deserializer>>) -> Result<Composite, Error> {
         if parts.is_empty() {
-            return Err(Error::config("a composite source needs at least one deserializer"));
+            return Err(Error::option("parts", "a composite source needs at least one deserializer"));
         }
         let definers: Vec<usize> =
             (0..parts.len()).filter(|&p| parts[p].streams().iter().any(|s| s.defines_mb_size)).collect();
         if definers.len() > 1 {
-            return Err(Error::config("only one deserializer may have a stream that defines the minibatch size"));
+            let streams = definers
+                .iter()
+                .flat_map(|&p| parts[p].streams().iter().filter(|s| s.defines_mb_size).map(|s| s.name.clone()))
+                .collect();
+            return Err(Error::new(ErrorKind::SeveralMainStreams { streams }));
         }
         let mut where_: Vec<std::collections::HashMap<u64, (u32, u32, u32)>> = Vec::new();
         let mut buf = Vec::new();
@@ -354,9 +359,7 @@ impl Composite {
             map.push((c, joined));
         }
         if chunks.is_empty() {
-            return Err(Error::config(
-                "Could not reconcile data between different deserializers. Keys of logical sequences do not match.",
-            ));
+            return Err(Error::new(ErrorKind::KeysDoNotMatch));
         }
         let streams = parts.iter().flat_map(|p| p.streams().iter().cloned()).collect();
         Ok(Composite { parts, chunks, map, streams })
@@ -369,7 +372,7 @@ impl SequenceSource for Composite {
     }
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
         let (_, joined) =
-            self.map.get(chunk as usize).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+            self.map.get(chunk as usize).ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.map.len()))?;
         out.extend(joined.iter().map(|j| j.0));
         Ok(())
     }
@@ -381,7 +384,7 @@ impl Deserializer for Composite {
     }
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
         let (_, joined) =
-            self.map.get(chunk as usize).ok_or_else(|| Error::config(format!("chunk {chunk} does not exist")))?;
+            self.map.get(chunk as usize).ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.map.len()))?;
         let mut out = ChunkData {
             keys: joined.iter().map(|j| j.0.key).collect(),
             num_samples: joined.iter().map(|j| j.0.num_samples).collect(),

@@ -352,7 +352,7 @@ impl Feed {
     /// buffers of a batch the pool does not keep; a pinned batch dropped otherwise stays locked.
     pub fn start_with_pool(source: MinibatchSource, config: FeedConfig, pool: Arc<BatchPool>) -> Result<Feed, Error> {
         if config.size == 0 {
-            return Err(Error::config("Requested minibatch size must be > 0."));
+            return Err(super::zero_minibatch_size());
         }
         let threads = config.threads.max(1);
         let ahead = config.ahead.max(1) as u64;
@@ -461,7 +461,7 @@ fn plan(mut source: MinibatchSource, size: u64, ahead: u64, group: usize, shared
         let mut error = None;
         while plans.len() < group && !plans.first().is_some_and(|(p, _)| p.is_ready()) {
             let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| source.next_planned(size)))
-                .unwrap_or_else(|_| Err(Error::config("internal error: planning a minibatch panicked")));
+                .unwrap_or_else(|_| Err(Error::internal("planning a minibatch panicked")));
             match planned {
                 Ok(p) if p.is_end() => {
                     over = true;
@@ -573,7 +573,7 @@ fn assemble(shared: &Shared, streams: &[StreamSpec]) {
             let parts = assemble_job(&shared.pool, streams, plans, &mut batch);
             (batch, parts)
         }))
-        .map_err(|_| Error::config("internal error: assembling a minibatch panicked"));
+        .map_err(|_| Error::internal("assembling a minibatch panicked"));
         let mut st = shared.lock();
         st.ready.insert(index, done);
         drop(st);

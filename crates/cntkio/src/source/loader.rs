@@ -88,7 +88,7 @@ fn load(source: &dyn Deserializer, chunk: u32, spare: Option<SourceChunk>) -> Re
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(Error::config(format!("loading chunk {chunk} panicked: {msg}")))
+            Err(Error::internal(format!("loading chunk {chunk} panicked: {msg}")))
         }
     }
 }

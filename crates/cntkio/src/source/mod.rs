@@ -457,7 +457,7 @@ impl SourceState {
     /// (1 without BPTT rows, 2 with them).
     pub fn from_json(s: &str) -> Result<SourceState, Error> {
         let st: SourceState =
-            serde_json::from_str(s).map_err(|e| Error::config(format!("not a minibatch source state: {e}")))?;
+            serde_json::from_str(s).map_err(|e| Error::state(format!("not a minibatch source state: {e}")))?;
         st.check_version()?;
         Ok(st)
     }
@@ -465,7 +465,7 @@ impl SourceState {
     fn check_version(&self) -> Result<(), Error> {
         let want = if self.bptt.is_some() { Self::VERSION_BPTT } else { Self::VERSION };
         if self.version != want {
-            return Err(Error::config(format!(
+            return Err(Error::state(format!(
                 "minibatch source state version {} is not supported (this library reads version {} and, with BPTT rows, {})",
                 self.version,
                 Self::VERSION,
@@ -527,8 +527,8 @@ impl MinibatchSource {
     /// here: the run starts (sweep 0 is shuffled, while the first chunks load) at the first minibatch or
     /// [`restore`](Self::restore), where errors of the deserializer's sequence lists surface.
     ///
-    /// Errors ([`ErrorKind::Config`](crate::ErrorKind::Config)): no chunks, samples or sequences in the
-    /// data, `workers == 0` or `rank >= workers`.
+    /// Errors: no chunks, samples or sequences in the data ([`ErrorKind::EmptyData`](crate::ErrorKind::EmptyData)), `workers == 0` or
+    /// `rank >= workers` ([`ErrorKind::WorkerOutOfRange`](crate::ErrorKind::WorkerOutOfRange)).
     pub fn new(source: Arc<dyn Deserializer>, config: MinibatchConfig) -> Result<MinibatchSource, Error> {
         let chunks = source.chunks();
         let total_sequences = chunks.iter().map(|c| u64::from(c.num_sequences)).sum();
@@ -574,23 +574,17 @@ impl MinibatchSource {
         };
         // The run starts (and sweep 0 is shuffled) at the first minibatch, so that loading the first
         // window's chunks overlaps the shuffle; the worker configuration is checked here.
-        if s.config.workers == 0 {
-            return Err(Error::config("the number of workers must be at least 1"));
-        }
-        if s.config.rank >= s.config.workers {
-            return Err(Error::config(format!(
-                "worker rank {} is out of range for {} workers (ranks are 0-based)",
-                s.config.rank, s.config.workers
-            )));
-        }
+        crate::randomize::check_worker(s.config.rank.into(), s.config.workers.into())?;
         if s.config.elastic_resume.is_some() && (s.config.cntk_restore_quirk || s.config.truncation_length > 0) {
-            return Err(Error::config(
+            return Err(Error::option(
+                "elastic_resume",
                 "elastic resume needs exact restores and whole sequences: it excludes cntk_restore_quirk and \
                  truncated BPTT",
             ));
         }
         if s.config.frame_mode && s.config.truncation_length > 0 {
-            return Err(Error::config(
+            return Err(Error::option(
+                "truncation_length",
                 "MinibatchSourceConfig: truncation and frame mode are mutually exclusive options.",
             ));
         }
@@ -679,11 +673,12 @@ impl MinibatchSource {
     /// [`ElasticResume`] round of a later resume takes). Takes the enumerator back from the planning thread
     /// when minibatches are planned ahead (which resumes with the next minibatch).
     ///
-    /// Errors: another dealing ([`ErrorKind::Config`](crate::ErrorKind::Config)), and errors of the
+    /// Errors: another dealing ([`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption)), and errors of the
     /// deserializer while moving the enumerator back to the last minibatch handed out.
     pub fn sequences_delivered(&mut self, sweep: u64) -> Result<u64, Error> {
         if !(self.config.randomized() && self.config.balanced_workers) || self.config.truncation_length > 0 {
-            return Err(Error::config(
+            return Err(Error::option(
+                "balanced_workers",
                 "sequences are counted per worker only with balanced dealing (balanced_workers with randomization, \
                  without truncated BPTT)",
             ));
@@ -696,7 +691,7 @@ impl MinibatchSource {
         }
         self.enumerator
             .sequences_delivered(sweep)
-            .ok_or_else(|| Error::config("internal error: the balanced enumerator does not count its sequences"))
+            .ok_or_else(|| Error::internal("the balanced enumerator does not count its sequences"))
     }
 
     /// The next minibatch of about `size` samples for this worker, or `None` when the run is over.
@@ -744,14 +739,17 @@ impl MinibatchSource {
     /// Errors for a minibatch size no minibatch can have.
     fn check_size(&self, size: u64) -> Result<(), Error> {
         if size == 0 {
-            return Err(Error::config("Requested minibatch size must be > 0."));
+            return Err(zero_minibatch_size());
         }
         if size > MAX_ENDLESS_MINIBATCH && self.config.run_length.normalized() == RunLength::Infinite {
             // Guard, not in CNTK (which would gather sweep after sweep until memory runs out).
-            return Err(Error::config(format!(
-                "a minibatch of {size} samples from an endless run (no max_samples or max_sweeps) would never be \
+            return Err(Error::option(
+                "minibatch_size_in_samples",
+                format!(
+                    "a minibatch of {size} samples from an endless run (no max_samples or max_sweeps) would never be \
                  complete; ask for at most {MAX_ENDLESS_MINIBATCH} samples, or end the run"
-            )));
+                ),
+            ));
         }
         Ok(())
     }
@@ -1008,12 +1006,12 @@ impl MinibatchSource {
     pub fn restore(&mut self, state: &SourceState) -> Result<(), Error> {
         state.check_version()?;
         if state.bptt.is_some() && self.config.truncation_length == 0 {
-            return Err(Error::config(
+            return Err(Error::state(
                 "the state holds truncated-BPTT rows, but this source does not use truncated BPTT",
             ));
         }
         if state.sweep_size != self.sweep_size {
-            return Err(Error::config(format!(
+            return Err(Error::state(format!(
                 "the state is of data with {} samples per sweep, but this data has {}",
                 state.sweep_size, self.sweep_size
             )));
@@ -1053,7 +1051,7 @@ impl MinibatchSource {
             chunks.sort_unstable();
             chunks.dedup();
             if let Some(&c) = chunks.last().filter(|&&c| c as usize >= self.source.chunks().len()) {
-                return Err(Error::config(format!("the state names chunk {c}, which does not exist")));
+                return Err(Error::state(format!("the state names chunk {c}, which does not exist")));
             }
             self.loader.get(&chunks, &mut self.held)?;
             let views: Vec<chunk::ChunkView<'_>> = self.held.iter().map(|c| c.view()).collect();
@@ -1167,22 +1165,32 @@ fn gather_dense<'a>(
     true
 }
 
+/// The error for a minibatch size of 0 (CNTK's message).
+pub(crate) fn zero_minibatch_size() -> Error {
+    Error::option("minibatch_size_in_samples", "Requested minibatch size must be > 0.")
+}
+
+/// The error for a use of the enumerator while it is parked: every use takes it back first.
+fn on_planning_thread() -> Error {
+    Error::internal("the enumerator is on the planning thread")
+}
+
 /// The enumerator's place while it runs on the planning thread: never asked anything (every use of the
 /// enumerator takes it back first).
 struct Parked;
 
 impl SequenceEnumerator for Parked {
     fn start_epoch(&mut self, _: &EpochConfig) -> Result<(), Error> {
-        Err(Error::config("internal error: the enumerator is on the planning thread"))
+        Err(on_planning_thread())
     }
     fn get_next(&mut self, _: u64, _: u64) -> Result<crate::randomize::Minibatch, Error> {
-        Err(Error::config("internal error: the enumerator is on the planning thread"))
+        Err(on_planning_thread())
     }
     fn get_state(&self) -> u64 {
         0
     }
     fn set_state(&mut self, _: u64) -> Result<(), Error> {
-        Err(Error::config("internal error: the enumerator is on the planning thread"))
+        Err(on_planning_thread())
     }
     fn sweep_size(&self) -> u64 {
         0
