@@ -16,11 +16,21 @@ pub fn dump(path: &Path, mmap: bool, w: &mut impl Write, progress: &Progress) ->
     let mut out = Vec::with_capacity(1 << 20);
     let mut buf = Vec::new();
     let mut data = ChunkData::new(&schema);
+    // The sequences CNTK delivers (CBF.md §3: not those of meta count 0 after the sweep's last sample, and
+    // not past one with an empty record).
+    let mut delivery = cntkio::cbf::Delivery::new(&f);
     for k in 0..f.chunk_count() {
+        if delivery.is_done() {
+            break;
+        }
         f.read_chunk_into(k, &mut buf, &mut data)?;
+        let (count, failed) = delivery.take(&data);
         out.clear();
-        push_dump_records(&mut out, &schema, &data, &mut rbuf);
+        push_dump_records(&mut out, &schema, &data, count, &mut rbuf);
         write_stdout(w, &out)?;
+        if let Some(e) = failed {
+            return Err(e.with_path(path.display().to_string()));
+        }
         progress.set(f.chunks()[k].offset);
     }
     Ok(())

@@ -42,7 +42,7 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
             &scan,
             |p| {
                 out.clear();
-                push_dump_records(&mut out, schema, &p.data, &mut buf);
+                push_dump_records(&mut out, schema, &p.data, p.data.num_sequences(), &mut buf);
                 write_stdout(&mut w, &out)?;
                 Ok(ControlFlow::Continue(()))
             },

@@ -112,7 +112,7 @@ fn itoa_u64(v: u64) -> String {
 }
 
 /// Appends one JSON Lines record per sequence of `data`.
-pub fn push_dump_records(out: &mut Vec<u8>, schema: &Schema, data: &ChunkData, buf: &mut ryu::Buffer) {
+pub fn push_dump_records(out: &mut Vec<u8>, schema: &Schema, data: &ChunkData, count: usize, buf: &mut ryu::Buffer) {
     let names: Vec<Vec<u8>> = schema
         .streams()
         .iter()
@@ -122,7 +122,7 @@ pub fn push_dump_records(out: &mut Vec<u8>, schema: &Schema, data: &ChunkData, b
             v
         })
         .collect();
-    for seq in 0..data.num_sequences() {
+    for seq in 0..count.min(data.num_sequences()) {
         out.extend_from_slice(b"{\"key\":");
         out.extend_from_slice(data.keys[seq].to_string().as_bytes());
         out.extend_from_slice(b",\"streams\":{");

@@ -2660,3 +2660,53 @@ fn cache_index_writes_a_cache_beside_the_input() {
     assert_eq!(caches.len(), 1, "files: {:?}", dir_names(d.path()));
     assert!(run(args!["dump", &p, &ATIS, "--cache-index"]).code(0).stdout == first.stdout);
 }
+
+/// A CBF file of one chunk and one dense float32 stream `a` of dim 1: each sequence's meta count and its
+/// record's samples (CBF.md §1).
+fn cbf_of(metas: &[u32], records: &[&[f32]]) -> Vec<u8> {
+    let mut b = b"nib_ktnc".to_vec();
+    b.extend(1u32.to_le_bytes());
+    for m in metas {
+        b.extend(m.to_le_bytes());
+    }
+    for r in records {
+        b.extend((r.len() as u32).to_le_bytes());
+        for v in *r {
+            b.extend(v.to_le_bytes());
+        }
+    }
+    let header = b.len() as u64;
+    b.extend(b"nib_ktnc");
+    b.extend(1u32.to_le_bytes()); // chunks
+    b.extend(1u32.to_le_bytes()); // streams
+    b.push(0); // dense
+    b.extend(1u32.to_le_bytes());
+    b.push(b'a');
+    b.push(0); // float32
+    b.extend(1u32.to_le_bytes()); // dim
+    b.extend(12u64.to_le_bytes());
+    b.extend((metas.len() as u32).to_le_bytes());
+    b.extend(metas.iter().sum::<u32>().to_le_bytes());
+    b.extend(header.to_le_bytes());
+    b
+}
+
+#[test]
+fn dump_of_cbf_delivers_what_cntk_delivers() {
+    let d = tmp();
+    let keys = |o: &Out| o.stdout().lines().map(|l| J::parse(l).get("key").u64()).collect::<Vec<_>>();
+    // (a) A sequence of meta count 0 after the sweep's last counted sample (what ctf2bin writes for a last
+    // row whose only sample is empty) is never delivered.
+    let trailing = write(d.path(), "trailing.cbf", cbf_of(&[1, 1, 0], &[&[1.0], &[2.0], &[]]));
+    assert_eq!(keys(&run(args!["dump", &trailing]).code(0)), [0, 1]);
+    // (b) One of meta count 0 before it is delivered.
+    let middle = write(d.path(), "middle.cbf", cbf_of(&[1, 0, 1], &[&[1.0], &[2.0], &[3.0]]));
+    assert_eq!(keys(&run(args!["dump", &middle]).code(0)), [0, 1, 2]);
+    // (c) A delivered sequence with an empty record: what comes before it, then CNTK's packing error.
+    let empty = write(d.path(), "empty.cbf", cbf_of(&[1, 1, 1], &[&[1.0], &[], &[3.0]]));
+    let o = run(args!["dump", &empty]);
+    o.code(1).err_has("error[E0024]");
+    assert_eq!(keys(&o), [0]);
+    // batches agrees.
+    run(args!["batches", &empty, "--mb-size", "1"]).code(1).err_has("error[E0024]");
+}

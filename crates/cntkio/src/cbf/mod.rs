@@ -23,10 +23,12 @@
 //! assert_eq!(f.read_chunk(0).unwrap().streams, data.streams);
 //! ```
 
+mod delivery;
 pub(crate) mod sink;
 mod writer;
 
 pub use cntkio_core::cbf::{ChunkEntry, DecodeSummary, Header, Limits, StreamHeader};
+pub use delivery::Delivery;
 pub use writer::{CbfSummary, CbfWriter, CbfWriterOptions, Chunking, EmptyStreams, MetaCounts};
 
 use crate::mmap;
