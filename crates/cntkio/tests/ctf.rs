@@ -4,7 +4,7 @@ use cntkio::ctf::cache::cache_path;
 use cntkio::ctf::{index_config, scan_file, ScanOptions};
 use cntkio::{Access, CtfOptions, CtfReader, ErrorKind, InputFile, Schema, StorageFormat, StreamSpec};
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn schema() -> Schema {
     Schema::new(vec![StreamSpec::new("a", 2, StorageFormat::Dense), StreamSpec::new("b", 10, StorageFormat::Sparse)])
@@ -19,6 +19,24 @@ fn write_data(path: &Path, n: usize) {
     std::fs::write(path, s).unwrap();
 }
 
+/// `n` sequences of [`write_data`] in a fresh directory, and options that cache the index.
+fn data_with_cache_option(n: usize) -> (tempfile::TempDir, PathBuf, CtfOptions) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("data.ctf");
+    write_data(&p, n);
+    (dir, p, CtfOptions { cache_index: true, ..CtfOptions::default() })
+}
+
+/// Changes the index cache at `path` with `edit` (the CRC-32 at its end excluded) and makes its CRC right.
+fn edit_cache(path: &Path, edit: impl FnOnce(&mut [u8])) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let n = bytes.len();
+    edit(&mut bytes[..n - 4]);
+    let crc = crc32fast::hash(&bytes[..n - 4]);
+    bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(path, &bytes).unwrap();
+}
+
 fn keys(r: &CtfReader) -> Vec<u64> {
     r.index().chunks.iter().flat_map(|c| c.sequences.iter().map(|s| s.key)).collect()
 }
@@ -28,10 +46,7 @@ fn index_cache_is_not_used_for_a_file_rewritten_with_its_size_and_mtime_restored
     // A sequence id changed in the middle of a 20,000-row file, between the places the content sample reads,
     // with the length kept and the modification time set back (as `cp -p`, `rsync -t` or some editors do):
     // the change time tells the file apart.
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("data.ctf");
-    write_data(&p, 10_000);
-    let opts = CtfOptions { cache_index: true, ..CtfOptions::default() };
+    let (_dir, p, opts) = data_with_cache_option(10_000);
     let before = keys(&CtfReader::open(&p, &schema(), &opts).unwrap());
     assert!(cache_path(&p, &index_config(&schema(), &opts)).exists());
     let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
@@ -64,13 +79,8 @@ fn index_cache_is_written_reused_and_rebuilt_when_stale_or_corrupt() {
     assert_eq!(want, (0..50).collect::<Vec<u64>>());
 
     // The cache is used: a record changed in it (with a valid checksum) shows up in the index.
-    let mut bytes = std::fs::read(&cpath).unwrap();
-    let n = bytes.len();
-    let first_record = n - 4 - 50 * 32;
-    bytes[first_record..first_record + 8].copy_from_slice(&777u64.to_le_bytes());
-    let crc = crc32fast::hash(&bytes[..n - 4]);
-    bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(&cpath, &bytes).unwrap();
+    let first_record = std::fs::metadata(&cpath).unwrap().len() as usize - 4 - 50 * 32;
+    edit_cache(&cpath, |bytes| bytes[first_record..first_record + 8].copy_from_slice(&777u64.to_le_bytes()));
     let cached = CtfReader::open(&p, &schema(), &opts).unwrap();
     assert_eq!(keys(&cached)[0], 777, "the cache was read");
 
@@ -96,6 +106,23 @@ fn index_cache_is_written_reused_and_rebuilt_when_stale_or_corrupt() {
     std::fs::File::options().write(true).open(&p).unwrap().set_modified(mtime).unwrap();
     let r = CtfReader::open(&p, &schema(), &opts).unwrap();
     assert_eq!(keys(&r)[0], 9, "the stale cache was not used");
+}
+
+#[test]
+fn index_cache_with_a_record_offset_near_the_end_of_u64_is_rebuilt() {
+    // Fuzzing (index_cache) found that `offset + length` of a record overflowed: a panic with debug
+    // assertions, and without them a sum that wrapped to a small end and passed the bounds check.
+    let (_dir, p, opts) = data_with_cache_option(3);
+    let want = keys(&CtfReader::open(&p, &schema(), &opts).unwrap());
+    // The last record's offset 10 bytes short of 2^64 and its length 20: an end that wraps to 10.
+    edit_cache(&cache_path(&p, &index_config(&schema(), &opts)), |bytes| {
+        let last_record = bytes.len() - 4 - 32;
+        bytes[last_record + 8..last_record + 16].copy_from_slice(&(u64::MAX - 9).to_le_bytes());
+        bytes[last_record + 16..last_record + 20].copy_from_slice(&20u32.to_le_bytes());
+    });
+    let r = CtfReader::open(&p, &schema(), &opts).unwrap();
+    assert_eq!(keys(&r), want, "the cache was refused and the index rebuilt");
+    assert!(r.index().chunks.iter().flat_map(|c| &c.sequences).all(|s| s.offset < 1 << 20));
 }
 
 #[test]

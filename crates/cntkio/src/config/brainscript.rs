@@ -18,11 +18,11 @@
 //! never stop a reader section from loading. A record that cannot be read at all (a missing `=`, say) is
 //! recorded as a [`Problem`] of its block and skipped; whoever uses the block decides whether that is an
 //! error. Only unbalanced brackets and unterminated strings fail the whole parse, because after them the
-//! structure of the rest of the file is unknown.
+//! structure of the rest of the file is unknown, and blocks and arrays nested deeper than [`MAX_NESTING`].
 //!
 //! Variables are resolved lazily, when a value is used, by a [`Scope`]: see [`Scope::resolve`].
 
-use cntkio_core::error::{Error, Position};
+use cntkio_core::error::{Error, ErrorKind, Position};
 use std::fmt;
 
 /// Where a piece of config text comes from.
@@ -259,7 +259,7 @@ pub fn parse_origin(text: &str, origin: Origin) -> Result<Block, Error> {
     let mut line_starts = vec![0];
     line_starts.extend(text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i + 1));
     let start = if text.starts_with('\u{feff}') { 3 } else { 0 };
-    let mut p = Parser { s: text.as_bytes(), text, i: start, origin, line_starts };
+    let mut p = Parser { s: text.as_bytes(), text, i: start, origin, line_starts, depth: 0 };
     let mut root = p.block_body(None)?;
     root.pos = p.pos_at(0);
     Ok(root)
@@ -321,12 +321,18 @@ fn is_key_end(c: u8) -> bool {
     )
 }
 
+/// How deep blocks and arrays may nest. The parser recurses once a level, so a deeper file (none is written
+/// by hand) would overflow the stack instead of failing with an error.
+pub const MAX_NESTING: u32 = 128;
+
 struct Parser<'a> {
     s: &'a [u8],
     text: &'a str,
     i: usize,
     origin: Origin,
     line_starts: Vec<usize>,
+    /// Blocks and arrays open around the position.
+    depth: u32,
 }
 
 impl Parser<'_> {
@@ -515,9 +521,9 @@ impl Parser<'_> {
         let v = match self.s[start] {
             open @ (b'[' | b'{') => {
                 self.i += 1;
-                Value::Block(self.block_body(Some((open, start)))?)
+                Value::Block(self.nested(pos, |p| p.block_body(Some((open, start))))?)
             }
-            b'(' => Value::Array(self.array()?),
+            b'(' => Value::Array(self.nested(pos, Self::array)?),
             b'"' | b'\'' if self.quote_at(start) => Value::Scalar(Scalar { text: self.quoted()?, quoted: true, pos }),
             _ => return self.bare(ctx, start, false),
         };
@@ -529,6 +535,22 @@ impl Parser<'_> {
             // More follows on the record, e.g. `"a" + "b"` or `(x) * 2`: keep the whole as an expression.
             self.bare(ctx, start, true)
         }
+    }
+
+    /// Reads a block or an array (at `pos`) with `read`, one level deeper: a `Limit` error past
+    /// [`MAX_NESTING`].
+    fn nested<T>(&mut self, pos: Pos, read: impl FnOnce(&mut Self) -> Result<T, Error>) -> Result<T, Error> {
+        if self.depth >= MAX_NESTING {
+            let what = "nesting depth of config blocks and arrays".to_string();
+            let mut e =
+                Error::new(ErrorKind::Limit { what, value: u64::from(self.depth) + 1, limit: MAX_NESTING.into() });
+            *e.position_mut() = pos.position();
+            return Err(e);
+        }
+        self.depth += 1;
+        let r = read(self);
+        self.depth -= 1;
+        r
     }
 
     fn bare(&mut self, ctx: Ctx, start: usize, mut structured: bool) -> Result<Value, Error> {
@@ -841,6 +863,21 @@ mod tests {
         assert_eq!(scalar(r, "file"), "a # b].txt");
         assert_eq!(scalar(r, "alias"), "x;y]");
         assert_eq!(r.entries.len(), 2);
+    }
+
+    /// Found by fuzzing (config_parse): a config of a few thousand `[` overflowed the stack of a 2 MiB
+    /// thread (the parser recurses once a level) and aborted the process.
+    #[test]
+    fn nesting_deeper_than_the_limit_is_an_error_not_a_stack_overflow() {
+        let n = MAX_NESTING as usize;
+        let at_limit = format!("a = {}{}", "[".repeat(n), "]".repeat(n));
+        assert!(parse(&at_limit).is_ok());
+        let over = format!("a = ({}{})", "[".repeat(n), "]".repeat(n));
+        let e = parse(&over).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::Limit { value: 129, limit: 128, .. }), "{e:?}");
+        assert_eq!((e.position().line, e.position().column), (Some(1), Some(5 + n as u64)));
+        let deep = "[".repeat(100_000);
+        assert!(matches!(parse(&deep).unwrap_err().kind(), ErrorKind::Limit { .. }));
     }
 
     #[test]

@@ -162,10 +162,12 @@ fn try_load(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<C
             let u32at = |a: usize| u32::from_le_bytes(r[a..a + 4].try_into().expect("4 bytes"));
             let s = SequenceDesc { key: u64at(0), offset: u64at(8), len_bytes: u32at(16), num_samples: u32at(20) };
             let line = u64at(24);
-            if s.offset < prev_end || s.len_bytes == 0 || s.num_samples == 0 || s.end() > file.len() {
+            // The end is computed with a check: a record's offset is any number the file holds.
+            let end = s.offset.checked_add(u64::from(s.len_bytes)).filter(|&e| e <= file.len());
+            let Some(end) = end.filter(|_| s.offset >= prev_end && s.len_bytes > 0 && s.num_samples > 0) else {
                 return Ok(None);
-            }
-            prev_end = s.end();
+            };
+            prev_end = end;
             if let Some(c) = chunker.push(s, line)? {
                 chunks.push(c);
             }
