@@ -2698,10 +2698,10 @@ fn dump_of_cbf_delivers_what_cntk_delivers() {
     // (a) A sequence of meta count 0 after the sweep's last counted sample (what ctf2bin writes for a last
     // row whose only sample is empty) is never delivered.
     let trailing = write(d.path(), "trailing.cbf", cbf_of(&[1, 1, 0], &[&[1.0], &[2.0], &[]]));
-    assert_eq!(keys(&run(args!["dump", &trailing]).code(0)), [0, 1]);
+    assert_eq!(keys(run(args!["dump", &trailing]).code(0)), [0, 1]);
     // (b) One of meta count 0 before it is delivered.
     let middle = write(d.path(), "middle.cbf", cbf_of(&[1, 0, 1], &[&[1.0], &[2.0], &[3.0]]));
-    assert_eq!(keys(&run(args!["dump", &middle]).code(0)), [0, 1, 2]);
+    assert_eq!(keys(run(args!["dump", &middle]).code(0)), [0, 1, 2]);
     // (c) A delivered sequence with an empty record: what comes before it, then CNTK's packing error.
     let empty = write(d.path(), "empty.cbf", cbf_of(&[1, 1, 1], &[&[1.0], &[], &[3.0]]));
     let o = run(args!["dump", &empty]);
@@ -2709,4 +2709,35 @@ fn dump_of_cbf_delivers_what_cntk_delivers() {
     assert_eq!(keys(&o), [0]);
     // batches agrees.
     run(args!["batches", &empty, "--mb-size", "1"]).code(1).err_has("error[E0024]");
+}
+
+#[test]
+fn hostile_cbf_numbers_are_precise_errors_without_allocating_them() {
+    // Counts and sizes read from a file are checked against the bytes the file has before anything is
+    // allocated for them: each command fails at once (exit 1, the field and the byte named).
+    let d = tmp();
+    let mut seqs = cbf_of(&[1, 1], &[&[1.0], &[2.0]]);
+    let n = seqs.len();
+    seqs[n - 16..n - 12].copy_from_slice(&u32::MAX.to_le_bytes()); // the chunk claims 4 Gi sequences
+    seqs[n - 12..n - 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    let seqs = write(d.path(), "seqs.cbf", seqs);
+    let mut samples = cbf_of(&[1], &[&[1.0]]);
+    samples[16..20].copy_from_slice(&(i32::MAX as u32).to_le_bytes()); // a record claims 2 Gi samples
+    let samples = write(d.path(), "samples.cbf", samples);
+    let cases = [
+        (&seqs, "4294967295 sequences need 17179869180 bytes of meta counts at byte 12, but the chunk ends at byte 36"),
+        (&samples, "2147483647 samples × dim 1 × 4 bytes do not fit in the 4 bytes left in chunk 0"),
+    ];
+    for (f, needle) in cases {
+        for cmd in [&["inspect"][..], &["dump"], &["validate"], &["batches", "--mb-size", "1"], &["convert"]] {
+            let mut a: Vec<std::ffi::OsString> = cmd.iter().map(Into::into).collect();
+            a.push(f.into());
+            if cmd == ["convert"] {
+                a.push(d.path().join("out.ctf").into());
+            }
+            let o = run(&a);
+            o.code(1).err_has("error[E0100]").err_has(needle);
+            assert!(!d.path().join("out.ctf").exists());
+        }
+    }
 }
