@@ -3,13 +3,16 @@
 
 #[path = "../../cntkio/tests/common/testdata.rs"]
 mod testdata;
+#[macro_use]
+mod common;
 
 use cntkio::cbf::CbfFile;
 use cntkio::{ChunkData, CtfOptions, CtfReader, ElementType, Layout, Schema, StorageFormat, StreamSpec, Values};
+use common::*;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use testdata::read;
 
 // ---------------------------------------------------------------------------------------------------
@@ -30,136 +33,6 @@ fn conf(rel: &str) -> PathBuf {
 
 fn example(rel: &str) -> PathBuf {
     repo().join("examples/data").join(rel)
-}
-
-/// What one run of the binary gave.
-#[derive(Debug)]
-struct Out {
-    code: i32,
-    stdout: Vec<u8>,
-    stderr: String,
-}
-
-impl Out {
-    fn stdout(&self) -> String {
-        String::from_utf8(self.stdout.clone()).expect("stdout is UTF-8")
-    }
-    /// Asserts the exit code, showing the output when it differs.
-    fn code(&self, code: i32) -> &Self {
-        assert_eq!(
-            self.code,
-            code,
-            "exit code; stderr:\n{}\nstdout (first 2000 bytes):\n{}",
-            self.stderr,
-            String::from_utf8_lossy(&self.stdout[..self.stdout.len().min(2000)])
-        );
-        self
-    }
-    fn err_has(&self, needle: &str) -> &Self {
-        assert!(self.stderr.contains(needle), "stderr lacks {needle:?}:\n{}", self.stderr);
-        self
-    }
-    fn out_has(&self, needle: &str) -> &Self {
-        assert!(self.stdout().contains(needle), "stdout lacks {needle:?}:\n{}", self.stdout());
-        self
-    }
-}
-
-fn cmd<I, S>(args: I) -> Command
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<std::ffi::OsStr>,
-{
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cntkio"));
-    c.args(args).env_remove("RUST_LOG").env("RUST_BACKTRACE", "0").stdin(Stdio::null());
-    c
-}
-
-fn run_cmd(mut c: Command) -> Out {
-    let o = c.output().expect("run cntkio");
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: o.stdout,
-        stderr: String::from_utf8(o.stderr).expect("stderr is UTF-8"),
-    }
-}
-
-fn run<I, S>(args: I) -> Out
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<std::ffi::OsStr>,
-{
-    run_cmd(cmd(args))
-}
-
-fn run_in<I, S>(dir: &Path, args: I) -> Out
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<std::ffi::OsStr>,
-{
-    let mut c = cmd(args);
-    c.current_dir(dir);
-    run_cmd(c)
-}
-
-/// Builds an argument list from string-like pieces and paths.
-macro_rules! args {
-    ($($a:expr),* $(,)?) => {{
-        let mut v: Vec<std::ffi::OsString> = Vec::new();
-        $( push_arg(&mut v, $a); )*
-        v
-    }};
-}
-
-trait ArgPiece {
-    fn push_to(self, v: &mut Vec<std::ffi::OsString>);
-}
-impl ArgPiece for &str {
-    fn push_to(self, v: &mut Vec<std::ffi::OsString>) {
-        v.push(self.into());
-    }
-}
-impl ArgPiece for &String {
-    fn push_to(self, v: &mut Vec<std::ffi::OsString>) {
-        v.push(self.into());
-    }
-}
-impl ArgPiece for &PathBuf {
-    fn push_to(self, v: &mut Vec<std::ffi::OsString>) {
-        v.push(self.into());
-    }
-}
-impl ArgPiece for &Path {
-    fn push_to(self, v: &mut Vec<std::ffi::OsString>) {
-        v.push(self.into());
-    }
-}
-impl ArgPiece for &[&str] {
-    fn push_to(self, v: &mut Vec<std::ffi::OsString>) {
-        v.extend(self.iter().map(|s| s.into()));
-    }
-}
-impl<const N: usize> ArgPiece for &[&str; N] {
-    fn push_to(self, v: &mut Vec<std::ffi::OsString>) {
-        v.extend(self.iter().map(|s| s.into()));
-    }
-}
-fn push_arg(v: &mut Vec<std::ffi::OsString>, a: impl ArgPiece) {
-    a.push_to(v);
-}
-
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temp dir")
-}
-
-fn write(dir: &Path, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).expect("write fixture");
-    p
-}
-
-fn dir_names(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
 }
 
 // Schemas of the real files (testdata/real/README.md).
@@ -1866,57 +1739,6 @@ fn convert_round_trips_are_byte_identical() {
     }
 }
 
-/// Writes a sparse CTF file of 72 MB (`-s x:1000:sparse -s y:10:sparse`): long enough to convert that a
-/// test can act while the conversion runs.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn big_sparse_ctf(path: &Path) {
-    use std::io::Write;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let row: String = (0..40).map(|k| format!("{}:1 ", k * 97 % 1000)).collect();
-    for i in 0..300_000 {
-        writeln!(f, "|x {row}|y {}:1", i % 10).unwrap();
-    }
-    f.flush().unwrap();
-}
-
-/// Starts `cntkio args`, waits until `ready` holds (checked against the child's pid, in a loop), runs
-/// `act`, and returns how the child ended and its stderr.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn act_while_running(
-    args: Vec<std::ffi::OsString>,
-    ready: impl Fn(u32) -> bool,
-    act: impl FnOnce(u32),
-) -> (std::process::ExitStatus, String) {
-    let child = cmd(args).stderr(Stdio::piped()).spawn().expect("run cntkio");
-    let t = std::time::Instant::now();
-    while !ready(child.id()) {
-        assert!(t.elapsed().as_secs() < 60, "the conversion never got there");
-    }
-    act(child.id());
-    let o = child.wait_with_output().unwrap();
-    (o.status, String::from_utf8(o.stderr).unwrap())
-}
-
-/// The names in `dir`.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn names_in(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
-}
-
-/// A temporary output file (its name starts with '.') in `dir` has bytes: the conversion is past
-/// creating it (and noting it for the signal handlers), and writing.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn writes_temporary(dir: &Path) -> bool {
-    names_in(dir).iter().any(|n| n.starts_with('.') && std::fs::metadata(dir.join(n)).is_ok_and(|m| m.len() > 0))
-}
-
-/// Sends `signal` to `pid` with kill(1).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn kill(signal: &str, pid: u32) {
-    let ok = Command::new("kill").args([format!("-{signal}"), pid.to_string()]).status().unwrap().success();
-    assert!(ok, "kill -{signal} {pid}");
-}
-
 /// A CTF input is memory-mapped by default; truncated while it is converted (or validated), it raises
 /// SIGBUS, which the binary turns into an error that says so, with the temporary output removed and no
 /// output written.
@@ -1938,7 +1760,7 @@ fn convert_explains_a_mapped_input_truncated_meanwhile() {
     assert!(stderr.starts_with(&format!("error[E2001]: cannot read {shown}: it became shorter")), "{stderr}");
     assert!(stderr.contains("its partial temporary file was removed"), "{stderr}");
     assert!(stderr.contains("--no-mmap"), "{stderr}");
-    assert_eq!(names_in(d.path()), BTreeSet::from(["big.ctf".to_string()]), "only the input remains");
+    assert_eq!(dir_names(d.path()), BTreeSet::from(["big.ctf".to_string()]), "only the input remains");
 
     // The same for a validation (which maps its CTF inputs by default too), without an output to speak of.
     big_sparse_ctf(&src);
@@ -1969,7 +1791,7 @@ fn convert_interrupted_leaves_nothing_behind() {
     let schema = ["-s", "x:1000:sparse", "-s", "y:10:sparse"];
     run(args!["-q", "convert", &src, &cbf, &schema[..]]).code(0);
     let back = d.path().join("back.ctf");
-    let before = names_in(d.path());
+    let before = dir_names(d.path());
     for (input, output, signal, number) in [(&src, d.path().join("again.cbf"), "INT", 2), (&cbf, back, "TERM", 15)] {
         let (status, stderr) = act_while_running(
             args!["-q", "convert", input, &output, &schema[..]],
@@ -1982,7 +1804,7 @@ fn convert_interrupted_leaves_nothing_behind() {
             output.display()
         );
         assert!(stderr.ends_with(&said), "SIG{signal}: {stderr}");
-        assert_eq!(names_in(d.path()), before, "SIG{signal}: nothing left behind");
+        assert_eq!(dir_names(d.path()), before, "SIG{signal}: nothing left behind");
     }
 }
 

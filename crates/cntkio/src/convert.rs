@@ -245,19 +245,14 @@ pub fn cbf_to_ctf(
         }
     }
     let schema = Schema::new(streams)?;
-    let dir = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let shown = output.display().to_string();
-    let tmp = tempfile::Builder::new()
-        .prefix(".cntkio-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(format!("cannot create a temporary file beside {shown}"), e))?;
+    let tmp = crate::output::temporary(output)?;
     if let Some(f) = how.hooks.on_temporary_file {
         f(tmp.path());
     }
     // Written as the CBF writer writes: direct I/O from a background thread where the file system
     // allows it (through the page cache, writing a GB cost several seconds of system time).
-    let io = |e| Error::io(format!("cannot write {shown}"), e);
+    let target = crate::output::Target::new(output, tmp.as_file());
+    let io = |e| target.error(e);
     let mut out = Sink::new(tmp.as_file(), tmp.path(), true, CTF_OUT_PIECE).map_err(io)?;
     let threads = match how.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),

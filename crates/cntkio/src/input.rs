@@ -46,6 +46,9 @@ impl FileIdentity {
     }
 }
 
+/// Why a read found fewer bytes than the file had when it was opened.
+pub(crate) const SHORTER: &str = "the file is shorter than when it was opened (was it changed?)";
+
 /// An open input file.
 #[derive(Debug)]
 pub struct InputFile {
@@ -149,10 +152,7 @@ impl InputFile {
     pub(crate) fn short_read(&self, offset: u64, len: usize) -> Error {
         Error::io(
             format!("cannot read {} bytes at byte {offset} of {}", len, self.path.display()),
-            std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the file is shorter than when it was opened (was it changed?)",
-            ),
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, SHORTER),
         )
     }
 

@@ -1,8 +1,90 @@
 //! Finishing output files: written to a temporary file in the target folder, then renamed, so an
 //! interrupted write never leaves a file that looks complete.
+//!
+//! **Temporary files** ([`temporary`]): every file cntkio writes (a converted file, an index cache) is
+//! first written to `.<name>.<6 random characters>.tmp` in the folder of its target `<name>`, a hidden
+//! file that is renamed over the target once it is complete and synced. A failed write removes it; a
+//! process killed outright (`SIGKILL`, a power cut) cannot, and leaves it behind: such a file is never
+//! complete, and can be deleted.
 
 use crate::Error;
+use std::fs::File;
+use std::io;
 use std::path::Path;
+
+/// Creates the temporary file for `path` (see the module documentation), private to the user until
+/// [`persist`] gives it the target's permissions.
+pub(crate) fn temporary(path: &Path) -> Result<tempfile::NamedTempFile, Error> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .rand_bytes(6)
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(format!("cannot create a temporary file beside {}", path.display()), e))
+}
+
+/// What a failed write of an output says: the output's path and, when its file system is full, the
+/// space that was free on it when writing began (a full disk is the common cause, and the number says
+/// how much room the output found).
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    shown: String,
+    /// Bytes free on the file system (for an unprivileged user) when the temporary file was created;
+    /// `None` where the system cannot tell.
+    free_bytes: Option<u64>,
+}
+
+impl Target {
+    /// The target `path`, written through its temporary file `tmp`.
+    pub(crate) fn new(path: &Path, tmp: &File) -> Target {
+        Target { shown: path.display().to_string(), free_bytes: free_bytes(tmp) }
+    }
+
+    /// The error for a failed write (`e`) of the output.
+    pub(crate) fn error(&self, e: io::Error) -> Error {
+        let shown = &self.shown;
+        let full = matches!(e.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded);
+        let op = match self.free_bytes {
+            Some(free) if full => {
+                format!("cannot write {shown}: its file system is full ({} free when writing began)", size_text(free))
+            }
+            None if full => format!("cannot write {shown}: its file system is full"),
+            _ => format!("cannot write {shown}"),
+        };
+        Error::io(op, e)
+    }
+}
+
+/// Bytes free for an unprivileged user on the file system holding `file`.
+fn free_bytes(file: &File) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let s = rustix::fs::fstatvfs(file).ok()?;
+        Some(s.f_bavail.saturating_mul(s.f_frsize))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
+    }
+}
+
+/// `n` bytes for a reader: `512 bytes`, `1.5 KiB`, `2.0 MiB`, `3.1 GiB`.
+fn size_text(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} bytes");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
 
 /// Makes the temporary file an ordinary file (readable by others, like a freshly created one; the
 /// temporary file was created private), syncs it to disk and renames it to `path`.
@@ -19,4 +101,50 @@ pub(crate) fn persist(tmp: tempfile::NamedTempFile, path: &Path) -> Result<(), E
     tmp.as_file().sync_all().map_err(|e| Error::io(format!("cannot sync {shown}"), e))?;
     tmp.persist(path).map_err(|e| Error::io(format!("cannot rename the temporary file to {shown}"), e.error))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_units() {
+        let cases =
+            [(0, "0 bytes"), (1023, "1023 bytes"), (1536, "1.5 KiB"), (2 << 20, "2.0 MiB"), (5 << 30, "5.0 GiB")];
+        for (n, text) in cases {
+            assert_eq!(size_text(n), text);
+        }
+    }
+
+    /// Temporary files are hidden, beside their target, and named after it.
+    #[test]
+    fn temporary_files_are_named_after_their_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = temporary(&dir.path().join("out.cbf")).unwrap();
+        assert_eq!(tmp.path().parent(), Some(dir.path()));
+        let name = tmp.path().file_name().unwrap().to_str().unwrap();
+        let random = name.strip_prefix(".out.cbf.").and_then(|r| r.strip_suffix(".tmp"));
+        assert_eq!(random.map(str::len), Some(6), "{name}");
+    }
+
+    /// A full file system is said to be full, with the output's path and the space it had; other errors
+    /// name the path.
+    #[test]
+    fn write_errors_name_the_output_and_the_free_space() {
+        let t = Target { shown: "d/out.cbf".into(), free_bytes: Some(2 << 20) };
+        let e = t.error(io::Error::from(io::ErrorKind::StorageFull));
+        assert!(e.is_io());
+        assert!(
+            e.kind()
+                .to_string()
+                .starts_with("cannot write d/out.cbf: its file system is full (2.0 MiB free when writing began): "),
+            "{e}"
+        );
+        let e = t.error(io::Error::from(io::ErrorKind::PermissionDenied));
+        assert!(e.kind().to_string().starts_with("cannot write d/out.cbf: "), "{e}");
+        assert!(!e.kind().to_string().contains("full"), "{e}");
+        let t = Target { free_bytes: None, ..t };
+        let e = t.error(io::Error::from(io::ErrorKind::StorageFull));
+        assert!(e.kind().to_string().starts_with("cannot write d/out.cbf: its file system is full: "), "{e}");
+    }
 }

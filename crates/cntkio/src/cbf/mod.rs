@@ -85,6 +85,12 @@ pub struct CbfFile {
 }
 
 fn io_err(op: &str, path: &Path, e: std::io::Error) -> Error {
+    // Every read is within the length the file had when it was opened: one that ends early means the file
+    // shrank meanwhile (std's own message, "failed to fill whole buffer", does not say so).
+    let e = match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => std::io::Error::new(e.kind(), crate::input::SHORTER),
+        _ => e,
+    };
     Error::io(format!("{op} {}", path.display()), e).with_path(path.display().to_string())
 }
 

@@ -1,6 +1,7 @@
 //! [`CbfWriter`]: sequences in, a CBF file out.
 
 use super::sink::{Records, Segment, Sink};
+use crate::output::Target;
 use cntkio_core::cbf::{
     check_chunk_fast, check_parsed_chunk_fast, check_sequence, encode_checked_record_to, encode_checked_records_to,
 };
@@ -144,6 +145,8 @@ pub struct CbfSummary {
 #[derive(Debug)]
 pub struct CbfWriter {
     path: PathBuf,
+    /// What its write errors say.
+    target: Target,
     tmp: Option<tempfile::NamedTempFile>,
     sink: Option<Sink>,
     options: CbfWriterOptions,
@@ -210,27 +213,19 @@ impl CbfWriter {
     ) -> Result<CbfWriter, Error> {
         let path = path.to_path_buf();
         let streams = schema.streams().iter().map(StreamHeader::from_spec).collect::<Result<Vec<_>, Error>>()?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".tmp")
-            .tempfile_in(&dir)
-            .map_err(|e| Error::io(format!("create a temporary file in {}", dir.display()), e))?;
+        let tmp = crate::output::temporary(&path)?;
         if let Some(f) = on_temporary_file {
             f(tmp.path());
         }
-        let mut sink = Sink::new(tmp.as_file(), tmp.path(), true, options.chunk_size)
-            .map_err(|e| Error::io("open the output", e))?;
+        let target = Target::new(&path, tmp.as_file());
+        let mut sink = Sink::new(tmp.as_file(), tmp.path(), true, options.chunk_size).map_err(|e| target.error(e))?;
         let (spare_tx, spare_rx) = unbounded();
         let mut prefix = Vec::with_capacity(12);
         encode_prefix(&mut prefix);
-        sink.put(&prefix).map_err(|e| Error::io("write", e))?;
+        sink.put(&prefix).map_err(|e| target.error(e))?;
         Ok(CbfWriter {
             path,
+            target,
             tmp: Some(tmp),
             sink: Some(sink),
             options,
@@ -308,8 +303,7 @@ impl CbfWriter {
                 // Bounded memory: the data whose records wait for the write thread, here and on their way,
                 // stay within about a chunk (see `Sink::wait_for_records`).
                 let sink = self.sink.as_mut().ok_or_else(finished)?;
-                sink.wait_for_records(self.deferred_bytes.saturating_add(bytes))
-                    .map_err(|e| Error::io("write a CBF chunk", e))?;
+                sink.wait_for_records(self.deferred_bytes.saturating_add(bytes)).map_err(|e| self.target.error(e))?;
                 let shared = Arc::new(Shared {
                     data,
                     bytes,
@@ -611,7 +605,7 @@ impl CbfWriter {
                     let len = valid_record_len(d, s);
                     let len = usize::try_from(len)
                         .map_err(|_| Error::limit("record size in bytes", len, usize::MAX as u64))?;
-                    sec.push(Piece::Segment(sink.segment(len).map_err(|e| Error::io("write a CBF chunk", e))?));
+                    sec.push(Piece::Segment(sink.segment(len).map_err(|e| self.target.error(e))?));
                 }
             }
         }
@@ -639,7 +633,7 @@ impl CbfWriter {
 
     fn send_chunk(&mut self) -> Result<(), Error> {
         let sink = self.sink.as_mut().ok_or_else(finished)?;
-        let io = |e| Error::io("write a CBF chunk", e);
+        let io = |e| self.target.error(e);
         self.scratch.clear();
         self.scratch.extend(self.meta.iter().flat_map(|m| m.to_le_bytes()));
         sink.put(&self.scratch).map_err(io)?;
@@ -684,10 +678,10 @@ impl CbfWriter {
         encode_header(&self.streams, &self.table, &mut tail)?;
         encode_trailer(header_offset, &mut tail);
         let mut sink = self.sink.take().ok_or_else(finished)?;
-        sink.put(&tail).map_err(|e| Error::io("write the CBF header", e))?;
-        let len = sink.finish().map_err(|e| Error::io("write the CBF file", e))?;
+        sink.put(&tail).map_err(|e| self.target.error(e))?;
+        let len = sink.finish().map_err(|e| self.target.error(e))?;
         let tmp = self.tmp.take().ok_or_else(finished)?;
-        tmp.as_file().set_len(len).map_err(|e| Error::io("set the length of the CBF file", e))?;
+        tmp.as_file().set_len(len).map_err(|e| self.target.error(e))?;
         crate::output::persist(tmp, &self.path)?;
         self.summary.bytes = len;
         Ok(self.summary)

@@ -124,9 +124,9 @@ pub fn write(file: &InputFile, cfg: &IndexConfig, index: &CtfIndex, path: &Path)
     }
     let crc = crc32fast::hash(&v);
     v.extend_from_slice(&crc.to_le_bytes());
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("cannot create the index cache", e))?;
-    tmp.write_all(&v).map_err(|e| Error::io("cannot write the index cache", e))?;
+    let mut tmp = crate::output::temporary(path)?;
+    let target = crate::output::Target::new(path, tmp.as_file());
+    tmp.write_all(&v).map_err(|e| target.error(e))?;
     crate::output::persist(tmp, path)
 }
 
