@@ -2288,6 +2288,13 @@ fn validate_names_a_misspelled_input_and_the_cause_of_dropped_sequences() {
         );
     // Reported once, not for the stream that is in the file.
     assert_eq!(o.stderr.matches("never appears in the file;").count(), 1, "{}", o.stderr);
+    // Reading it stops at the first chunk, whose error names the cause it found in the chunk's rows.
+    for cmd in [&["dump"][..], &["batches", "--mb-size", "2"]] {
+        run(args![cmd, &f, "--stream", "featurs:2:dense", "--stream", "labels:2:dense"]).code(1).err_has(
+            "error[E0032]: input |featurs of the schema is in no row here; the rows have |features: did you mean \
+             |features?; this caused: [E0021]",
+        );
+    }
     let o = run(args!["validate", "--json", &f, "--stream", "featurs:2:dense", "--stream", "labels:2:dense"]);
     let v: serde_json::Value = serde_json::from_str(&o.stdout()).unwrap();
     let m = &v["files"][0]["missing_inputs"];

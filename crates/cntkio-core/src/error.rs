@@ -237,6 +237,27 @@ pub enum ErrorKind {
         last: Box<Error>,
     },
 
+    /// A chunk of a CTF file failed to parse, and no row of it has an input of the schema while its rows
+    /// have inputs the schema lacks: the likely cause (a misspelled stream name or alias), named before
+    /// the error it caused.
+    #[error(
+        "input |{alias} of the schema is in no row here; the rows have {}{}; this caused: [{}] {}",
+        found.iter().map(|n| format!("|{n}")).collect::<Vec<_>>().join(", "),
+        suggestion.as_ref().map(|s| format!(": did you mean |{s}?")).unwrap_or_default(),
+        caused.code(),
+        caused.kind()
+    )]
+    MissingInput {
+        /// The input name the schema looks for (the stream's alias).
+        alias: String,
+        /// The input names the rows have that the schema lacks.
+        found: Vec<String>,
+        /// The closest of them, if one is close.
+        suggestion: Option<String>,
+        /// The error the parse stopped at.
+        caused: Box<Error>,
+    },
+
     // ---- Minibatches: sequences the packer refuses (CNTK 2.7's messages) ---------------------
     /// In frame mode, a delivered sequence has more than one sample in some stream.
     #[error(
@@ -505,6 +526,7 @@ impl ErrorKind {
             NoSequences => ("E0029", "NoSequences"),
             KeysDoNotMatch => ("E0030", "KeysDoNotMatch"),
             ChunkErrors { .. } => ("E0031", "ChunkErrors"),
+            MissingInput { .. } => ("E0032", "MissingInput"),
             CbfFormat { .. } => ("E0100", "CbfFormat"),
             NoStreams => ("E1001", "NoStreams"),
             InvalidStream { .. } => ("E1002", "InvalidStream"),
@@ -552,6 +574,7 @@ impl ErrorKind {
         use ErrorKind::*;
         Some(match self {
             EmptyRow => "blank and comment-only lines are errors inside CTF data (except at the start of the file); remove them, or raise --max-errors",
+            MissingInput { .. } => "check the schema's stream names and aliases against the file's inputs (`cntkio inspect FILE` lists them)",
             ExpectedNamePrefix { found } if found.is_ascii_digit() => {
                 "a sequence id must be the very first thing on its line (no leading spaces)"
             }

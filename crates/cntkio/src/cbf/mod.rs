@@ -143,9 +143,11 @@ impl CbfFile {
         let len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
         let header = (|| {
             if len < codec::MIN_FILE_LEN {
-                return Err(Error::cbf(
+                return Err(Error::cbf_value(
                     "file length",
                     0,
+                    Some(len),
+                    codec::MIN_FILE_LEN..=u64::MAX,
                     format!("the file has {len} bytes; a CBF file has at least {}", codec::MIN_FILE_LEN),
                 ));
             }

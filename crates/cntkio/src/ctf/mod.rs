@@ -131,7 +131,8 @@ impl CtfReader {
         }
         let p = READ_BUFFER.with(|b| {
             let mut buf = b.take();
-            let r = parse_chunk(&self.file, &self.parser, desc, policy, &mut buf, ChunkData::new(self.schema()));
+            let r =
+                parse_chunk(&self.file, &self.parser, desc.clone(), policy, &mut buf, ChunkData::new(self.schema()));
             b.replace(buf);
             r
         })?;
@@ -139,17 +140,55 @@ impl CtfReader {
             let mut b = self.budget.lock().expect("lock");
             if !b.counted[i] {
                 b.counted[i] = true;
-                apply_budget(&mut b.used, self.options.max_errors, &p)?;
+                apply_budget(&mut b.used, self.options.max_errors, &p)
+                    .map_err(|e| explain(&self.file, self.schema(), &desc, e))?;
             }
         }
         if let Some(f) = p.fatal {
-            return Err(f);
+            return Err(explain(&self.file, self.schema(), &desc, f));
         }
         let data = Arc::new(p.data);
         if self.options.keep_data_in_memory {
             self.kept.lock().expect("lock").insert(i as u32, data.clone());
         }
         Ok(data)
+    }
+}
+
+/// `e`, the error chunk `desc` of `file` failed with, or, when no row of the chunk has an input of
+/// `schema` while its rows have inputs the schema lacks, [`ErrorKind::MissingInput`] naming that cause (and
+/// holding `e`). Costs one more pass over the chunk's bytes, only on failure.
+pub(crate) fn explain(file: &InputFile, schema: &Schema, desc: &ChunkDesc, e: Error) -> Error {
+    if !matches!(e.kind(), ErrorKind::MaxErrorsReached { .. } | ErrorKind::EmptyStream { .. }) {
+        return e;
+    }
+    let mut inf = cntkio_core::ctf::infer::Inferrer::new();
+    let mut buf = Vec::new();
+    let Ok(len) = usize::try_from(desc.len_bytes) else { return e };
+    let read = file.with_bytes(desc.offset, len, &mut buf, |bytes| {
+        for s in &desc.sequences {
+            let a = (s.offset - desc.offset) as usize;
+            if let Some(seq) = bytes.get(a..a + s.len_bytes as usize) {
+                inf.add_sequence(seq);
+            }
+        }
+    });
+    if read.is_err() {
+        return e;
+    }
+    let streams = schema.streams();
+    let found: Vec<String> =
+        inf.streams.iter().filter(|s| !streams.iter().any(|t| t.alias == s.alias)).map(|s| s.alias.clone()).collect();
+    match streams.iter().find(|s| !inf.streams.iter().any(|t| t.alias == s.alias)) {
+        Some(s) if !found.is_empty() => {
+            let suggestion = crate::suggest::closest(&s.alias, found.iter().map(String::as_str)).map(str::to_string);
+            let pos = e.position().clone();
+            let mut err =
+                Error::new(ErrorKind::MissingInput { alias: s.alias.clone(), found, suggestion, caused: Box::new(e) });
+            *err.position_mut() = pos;
+            err
+        }
+        _ => e,
     }
 }
 
