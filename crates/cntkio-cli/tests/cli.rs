@@ -647,43 +647,43 @@ fn validate_real_files_valid_with_summary() {
 }
 
 #[test]
-fn validate_readme_example_exact_text() {
-    // The example of the README, byte for byte: codes, positions, snippets, carets, help, summary.
+fn readme_console_examples_run_as_shown() {
+    // Every `$ cntkio …` line of the README's console blocks, run from a directory holding a copy of the
+    // repository's examples/ (files it writes land there): it succeeds — or, where the output shown ends in an
+    // invalid verdict, exits 1 — and prints exactly the lines shown after it (stdout, then stderr; the first
+    // N with `| head -n N`).
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let d = tmp();
-    write(d.path(), "bad.ctf", "0 |S0 1:1 |S2 3:1\n0 |S0 943:1 |# flights |S2 128:1\n1 |S0 7:1 |# from |S2 3,1\n");
-    let o = run_in(
-        d.path(),
-        [
-            "validate",
-            "bad.ctf",
-            "--stream",
-            "query:943:sparse:S0",
-            "--stream",
-            "slots:129:sparse:S2",
-            "--max-errors",
-            "1",
-        ],
-    );
-    o.code(1);
-    let expected = r#"bad.ctf:2:7: error[E0015]: sparse index 943 >= dim 943 in stream "query"
-  |
-2 | 0 |S0 943:1 |# flights |S2 128:1
-  |       ^^^
-  = help: sparse indices are 0-based and must be smaller than the stream's dim
-bad.ctf:3:24: error[E0016]: expected ':' after sparse index 3 in stream "slots", found ','
-  |
-3 | 1 |S0 7:1 |# from |S2 3,1
-  |                        ^^
-  = help: sparse entries are written index:value with no spaces around ':'
-bad.ctf:3:1: error[E0021]: stream(s) "slots" empty in sequence 1; every sequence needs at least one sample of every configured stream
-  |
-3 | 1 |S0 7:1 |# from |S2 3,1
-  | ^
-  = help: CNTK cannot read a sequence that lacks a configured stream; check the aliases, or remove the stream from the schema
-bad.ctf: 1 sequences, 2 samples; 3 error(s): invalid: [E0016] errors (such as: expected ':' after sparse index 3 in stream "slots", found ',') dropped samples, so 1 sequence(s) lack a configured stream (always fatal in CNTK)
-"#;
-    assert_eq!(o.stderr, expected);
-    assert!(o.stdout.is_empty());
+    std::fs::create_dir_all(d.path().join("examples/data")).unwrap();
+    for e in std::fs::read_dir(repo().join("examples/data")).unwrap() {
+        let e = e.unwrap().path();
+        std::fs::copy(&e, d.path().join("examples/data").join(e.file_name().unwrap())).unwrap();
+    }
+    let mut ran = 0;
+    for block in readme.split("```console\n").skip(1) {
+        let block = &block[..block.find("```").unwrap()];
+        let lines: Vec<&str> = block.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(cmd) = line.strip_prefix("$ cntkio ") else { continue };
+            let cmd = cmd.split("  #").next().unwrap().trim();
+            let (cmd, head) = match cmd.split_once(" | head -n ") {
+                Some((c, n)) => (c, Some(n.parse::<usize>().unwrap())),
+                None => (cmd, None),
+            };
+            let shown: Vec<&str> =
+                lines[i + 1..].iter().take_while(|l| !l.is_empty() && !l.starts_with("$ ")).copied().collect();
+            let o = run_in(d.path(), cmd.split_whitespace());
+            let invalid = shown.last().is_some_and(|l| l.contains(": invalid: "));
+            assert_eq!(o.code, if invalid { 1 } else { 0 }, "{cmd}: {}", o.stderr);
+            if !shown.is_empty() {
+                let printed = format!("{}{}", o.stdout(), o.stderr);
+                let printed: Vec<&str> = printed.lines().take(head.unwrap_or(usize::MAX)).collect();
+                assert_eq!(printed, shown, "{cmd}");
+            }
+            ran += 1;
+        }
+    }
+    assert!(ran >= 7, "{ran} commands found in the README's console blocks");
 }
 
 #[test]
