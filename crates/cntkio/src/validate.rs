@@ -29,7 +29,7 @@ use crate::convert::Format;
 use crate::ctf::parse::Tally;
 use crate::ctf::{scan_file, ScanOptions};
 use crate::input::InputFile;
-use crate::{ChunkData, CtfOptions, Error, Position, Schema, WarningKind};
+use crate::{ChunkData, CtfOptions, Error, ErrorKind, Position, Schema, WarningKind};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
