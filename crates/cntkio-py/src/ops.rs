@@ -5,6 +5,7 @@ use crate::spec::{from_dict, Spec};
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams};
 use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, CtfToCbf, Format, Hooks};
 use cntkio::ctf::ScanOptions;
+use cntkio::inspect::inspect;
 use cntkio::validate::{validate_cbf, validate_ctf, ValidateOptions};
 use cntkio::{Error, InputFile};
 use pyo3::prelude::*;
@@ -31,8 +32,8 @@ pub fn detect(py: Python<'_>, path: PathBuf) -> PyResult<&'static str> {
 #[pyfunction]
 #[pyo3(signature = (path, skip_sequence_ids = false))]
 pub fn inspect_json(py: Python<'_>, path: PathBuf, skip_sequence_ids: bool) -> PyResult<String> {
-    let v = py.detach(|| cntkio_cli::inspect_json(&path, skip_sequence_ids)).map_err(|e| py_err(at_path(e, &path)))?;
-    serde_json::to_string(&v).map_err(|e| usage(format!("cannot encode the report: {e}")))
+    let report = py.detach(|| inspect(&path, skip_sequence_ids)).map_err(|e| py_err(at_path(e, &path)))?;
+    serde_json::to_string(&report).map_err(|e| usage(format!("cannot encode the report: {e}")))
 }
 
 /// Runs the `cntkio` command line with `argv` (program name first) and returns its exit status.
