@@ -1,4 +1,4 @@
-//! Conversion, inspection, validation and the command line, for Python.
+//! Conversion, inspection and validation, for Python.
 
 use crate::errors::{at_path, error_fields, py_err, usage};
 use crate::spec::{from_dict, Spec};
@@ -12,7 +12,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 fn threads(n: Option<usize>) -> usize {
@@ -34,13 +33,6 @@ pub fn detect(py: Python<'_>, path: PathBuf) -> PyResult<&'static str> {
 pub fn inspect_json(py: Python<'_>, path: PathBuf, skip_sequence_ids: bool) -> PyResult<String> {
     let report = py.detach(|| inspect(&path, skip_sequence_ids)).map_err(|e| py_err(at_path(e, &path)))?;
     serde_json::to_string(&report).map_err(|e| usage(format!("cannot encode the report: {e}")))
-}
-
-/// Runs the `cntkio` command line with `argv` (program name first) and returns its exit status.
-#[pyfunction]
-pub fn run_cli(py: Python<'_>, argv: Vec<String>) -> u8 {
-    let code = py.detach(|| crate::pool::run(|| cntkio_cli::run(argv)));
-    (0..=u8::MAX).find(|&c| ExitCode::from(c) == code).unwrap_or(1)
 }
 
 thread_local! {
