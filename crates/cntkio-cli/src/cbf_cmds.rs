@@ -2,8 +2,7 @@
 
 use crate::output::{push_dump_records, write_stdout, Progress};
 use cntkio::cbf::CbfFile;
-use cntkio::{ChunkData, Error, Layout, StorageFormat};
-use serde_json::json;
+use cntkio::{ChunkData, Error, Layout};
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
@@ -34,123 +33,6 @@ pub fn dump(path: &Path, mmap: bool, w: &mut impl Write, progress: &Progress) ->
         progress.set(f.chunks()[k].offset);
     }
     Ok(())
-}
-
-/// The per-stream totals `inspect` prints beside its JSON report.
-pub struct CbfTotals {
-    f: CbfFile,
-    len: u64,
-    samples: Vec<u64>,
-    nnz: Vec<u64>,
-    /// Sorted meta lengths.
-    lengths: Vec<u32>,
-    chunks: Vec<serde_json::Value>,
-}
-
-/// `inspect` of a CBF file.
-pub fn inspect(path: &Path, json_out: bool) -> Result<(), Error> {
-    let (report, t) = inspect_report(path)?;
-    let CbfTotals { f, len, samples, nnz, lengths, chunks } = t;
-    let q = |p: f64| lengths.get(((lengths.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
-    if json_out {
-        out!("{}", serde_json::to_string_pretty(&report).expect("json"))?;
-        return Ok(());
-    }
-    out!("{}: CBF version 1, {} bytes, header at byte {}", path.display(), len, f.header().header_offset())?;
-    out!(
-        "  sequences {}   samples {}   chunks {}   sequence length: min {}, median {}, p90 {}, max {}",
-        report["sequences"],
-        report["samples"],
-        f.chunk_count(),
-        q(0.0),
-        q(0.5),
-        q(0.9),
-        q(1.0)
-    )?;
-    out!("  streams:")?;
-    for (i, s) in f.streams().iter().enumerate() {
-        out!(
-            "    {:<14} {:<6} {:<6} dim {:<9} samples {:<10}{}",
-            s.name,
-            s.format.name(),
-            s.element_type.cntk_name(),
-            s.dim,
-            samples[i],
-            if s.format == StorageFormat::Sparse { format!(" nnz {}", nnz[i]) } else { String::new() }
-        )?;
-    }
-    out!("  chunks:")?;
-    for (k, c) in chunks.iter().enumerate().take(20) {
-        out!(
-            "    {k:<5} at byte {:<12} {:>12} bytes  {:>8} sequences  {:>9} samples",
-            c["offset"],
-            c["bytes"],
-            c["sequences"],
-            c["samples"]
-        )?;
-    }
-    if chunks.len() > 20 {
-        out!("    … {} more (see --json)", chunks.len() - 20)?;
-    }
-    Ok(())
-}
-
-/// The report of `inspect --json` on a CBF file, and the totals the text output needs.
-pub fn inspect_report(path: &Path) -> Result<(serde_json::Value, CbfTotals), Error> {
-    let f = CbfFile::open(path)?;
-    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let schema = f.schema()?;
-    let mut data = ChunkData::new(&schema);
-    let mut buf = Vec::new();
-    let n = schema.len();
-    let (mut samples, mut nnz, mut seqs_with) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
-    let mut lengths: Vec<u32> = Vec::new();
-    let mut chunks = Vec::new();
-    for (k, c) in f.chunks().iter().enumerate() {
-        f.read_chunk_into(k, &mut buf, &mut data)?;
-        lengths.extend_from_slice(&data.num_samples);
-        for (i, st) in data.streams.iter().enumerate() {
-            samples[i] += st.num_samples();
-            if let Layout::Sparse { indices, .. } = &st.layout {
-                nnz[i] += indices.len() as u64;
-            }
-            seqs_with[i] += (0..st.num_sequences()).filter(|&q| st.sequence_len(q) > 0).count() as u64;
-        }
-        let end = f.chunks().get(k + 1).map_or(f.header().header_offset(), |d| d.offset);
-        chunks.push(json!({"offset": c.offset, "bytes": end - c.offset, "sequences": c.num_sequences, "samples": c.num_samples}));
-    }
-    lengths.sort_unstable();
-    let q = |p: f64| lengths.get(((lengths.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
-    let streams: Vec<_> = f
-        .streams()
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            json!({
-                "name": s.name,
-                "storage": s.format.name(),
-                "element_type": s.element_type.cntk_name(),
-                "dim": s.dim,
-                "samples": samples[i],
-                "nnz": if s.format == StorageFormat::Sparse { json!(nnz[i]) } else { json!(null) },
-                "sequences": seqs_with[i],
-            })
-        })
-        .collect();
-    let report = json!({
-        "version": 1,
-        "path": path.display().to_string(),
-        "format": "cbf",
-        "bytes": len,
-        "cbf_version": 1,
-        "header_offset": f.header().header_offset(),
-        "sequences": lengths.len(),
-        "samples": lengths.iter().map(|&x| u64::from(x)).sum::<u64>(),
-        "sequence_length": {"unit": "meta samples", "min": q(0.0), "p50": q(0.5), "p90": q(0.9), "max": q(1.0)},
-        "streams": streams,
-        "chunks": chunks,
-    });
-    Ok((report, CbfTotals { f, len, samples, nnz, lengths, chunks }))
 }
 
 /// What [`bench`] measured.

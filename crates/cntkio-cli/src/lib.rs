@@ -21,7 +21,6 @@ use clap::Parser;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-pub use inspect::inspect_json;
 pub use signals::{explain_interrupt, explain_sigbus, first_to_end, Explain};
 
 /// Exit code for valid input.

@@ -1,5 +1,5 @@
 //! `cntkio._native`: the Python extension of cntkio. Thin wrappers over the `cntkio` library and the
-//! command line, and the hand-over of chunk data to NumPy; the Python API lives in `python/cntkio`.
+//! hand-over of chunk data to NumPy; the Python API lives in `python/cntkio`.
 #![deny(missing_docs)]
 
 mod arrays;
@@ -33,7 +33,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reader::stream_infos, m)?)?;
     m.add_function(wrap_pyfunction!(ops::detect, m)?)?;
     m.add_function(wrap_pyfunction!(ops::inspect_json, m)?)?;
-    m.add_function(wrap_pyfunction!(ops::run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(ops::convert, m)?)?;
     m.add_function(wrap_pyfunction!(ops::validate, m)?)?;
     Ok(())

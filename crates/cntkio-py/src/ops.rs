@@ -1,17 +1,17 @@
-//! Conversion, inspection, validation and the command line, for Python.
+//! Conversion, inspection and validation, for Python.
 
 use crate::errors::{at_path, error_fields, py_err, usage};
 use crate::spec::{from_dict, Spec};
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams};
 use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, CtfToCbf, Format, Hooks};
 use cntkio::ctf::ScanOptions;
+use cntkio::inspect::inspect;
 use cntkio::validate::{validate_cbf, validate_ctf, ValidateOptions};
 use cntkio::{Error, InputFile};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 fn threads(n: Option<usize>) -> usize {
@@ -31,15 +31,8 @@ pub fn detect(py: Python<'_>, path: PathBuf) -> PyResult<&'static str> {
 #[pyfunction]
 #[pyo3(signature = (path, skip_sequence_ids = false))]
 pub fn inspect_json(py: Python<'_>, path: PathBuf, skip_sequence_ids: bool) -> PyResult<String> {
-    let v = py.detach(|| cntkio_cli::inspect_json(&path, skip_sequence_ids)).map_err(|e| py_err(at_path(e, &path)))?;
-    serde_json::to_string(&v).map_err(|e| usage(format!("cannot encode the report: {e}")))
-}
-
-/// Runs the `cntkio` command line with `argv` (program name first) and returns its exit status.
-#[pyfunction]
-pub fn run_cli(py: Python<'_>, argv: Vec<String>) -> u8 {
-    let code = py.detach(|| crate::pool::run(|| cntkio_cli::run(argv)));
-    (0..=u8::MAX).find(|&c| ExitCode::from(c) == code).unwrap_or(1)
+    let report = py.detach(|| inspect(&path, skip_sequence_ids)).map_err(|e| py_err(at_path(e, &path)))?;
+    serde_json::to_string(&report).map_err(|e| usage(format!("cannot encode the report: {e}")))
 }
 
 thread_local! {

@@ -10,6 +10,7 @@ pub use cntkio_core::{
 pub mod cbf;
 pub mod config;
 pub mod convert;
+pub mod inspect;
 pub mod options;
 pub mod randomize;
 pub mod source;

@@ -1,6 +1,6 @@
 //! A schema read off a CTF file's own rows, for checking a file whose schema the user did not give.
 
-use crate::ctf::{index_streaming, locate_index_error, IndexConfig};
+use crate::ctf::{index_streaming, locate_index_error, IndexConfig, IndexMode};
 use crate::input::InputFile;
 use crate::{Error, Schema, StorageFormat, StreamSpec};
 use cntkio_core::ctf::infer::Inferrer;
@@ -11,24 +11,7 @@ use cntkio_core::ctf::infer::Inferrer;
 /// [`Inferrer`] with what was seen is returned too. A file without any input name has no schema:
 /// [`ErrorKind::NoStreams`](crate::ErrorKind::NoStreams).
 pub fn infer_schema(file: &InputFile, skip_sequence_ids: bool) -> Result<(Schema, Inferrer), Error> {
-    let cfg = IndexConfig { skip_sequence_ids, main_alias: None, chunk_size: crate::options::DEFAULT_CHUNK_SIZE };
-    let mut inf = Inferrer::new();
-    let mut buf = Vec::new();
-    index_streaming(
-        file,
-        &cfg,
-        1,
-        |c| {
-            file.with_bytes(c.offset, c.len_bytes as usize, &mut buf, |bytes| {
-                for s in &c.sequences {
-                    let a = (s.offset - c.offset) as usize;
-                    inf.add_sequence(&bytes[a..a + s.len_bytes as usize]);
-                }
-            })
-        },
-        &mut |_| {},
-    )
-    .map_err(|e| locate_index_error(e, file))?;
+    let inf = survey(file, skip_sequence_ids, &mut |_| {}, &mut |_| {})?.inferrer;
     let streams = inf
         .streams
         .iter()
@@ -38,6 +21,49 @@ pub fn infer_schema(file: &InputFile, skip_sequence_ids: bool) -> Result<(Schema
         })
         .collect();
     Ok((Schema::new(streams)?, inf))
+}
+
+/// What one pass over a CTF file saw (see [`survey`]).
+pub(crate) struct Survey {
+    /// How its rows are grouped into sequences.
+    pub mode: IndexMode,
+    /// Every sequence, fed to the inferrer.
+    pub inferrer: Inferrer,
+    /// Chunks of [`DEFAULT_CHUNK_SIZE`](crate::options::DEFAULT_CHUNK_SIZE) bytes.
+    pub chunks: u64,
+}
+
+/// The one tolerant pass of [`infer_schema`] and [`inspect`](crate::inspect): the sequences as CNTK's index
+/// finds them, each fed to an [`Inferrer`] and its length (rows) to `on_sequence`; `progress` gets the bytes
+/// indexed so far.
+pub(crate) fn survey(
+    file: &InputFile,
+    skip_sequence_ids: bool,
+    on_sequence: &mut dyn FnMut(u32),
+    progress: &mut dyn FnMut(u64),
+) -> Result<Survey, Error> {
+    let cfg = IndexConfig { skip_sequence_ids, main_alias: None, chunk_size: crate::options::DEFAULT_CHUNK_SIZE };
+    let mut inferrer = Inferrer::new();
+    let mut chunks = 0u64;
+    let mut buf = Vec::new();
+    let mode = index_streaming(
+        file,
+        &cfg,
+        1,
+        |c| {
+            chunks += 1;
+            file.with_bytes(c.offset, c.len_bytes as usize, &mut buf, |bytes| {
+                for s in &c.sequences {
+                    let a = (s.offset - c.offset) as usize;
+                    inferrer.add_sequence(&bytes[a..a + s.len_bytes as usize]);
+                    on_sequence(s.num_samples);
+                }
+            })
+        },
+        progress,
+    )
+    .map_err(|e| locate_index_error(e, file))?;
+    Ok(Survey { mode, inferrer, chunks })
 }
 
 #[cfg(test)]

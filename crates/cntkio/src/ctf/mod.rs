@@ -11,6 +11,7 @@ pub use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
 pub use cntkio_core::ctf::SequenceDesc;
 pub use index::{build_index, index_streaming, index_streaming_bytes, CtfIndex, IndexConfig};
 pub use infer::infer_schema;
+pub(crate) use infer::survey;
 pub use parse::{parse_chunk, parse_chunk_bytes, ParsePolicy, ParsedChunk};
 pub use scan::{scan_file, scan_file_owned, ScanOptions, ScanSummary};
 
