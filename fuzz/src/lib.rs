@@ -13,7 +13,7 @@ use cntkio::ctf::cache::cache_path;
 use cntkio::ctf::{index_config, ScanOptions};
 use cntkio::source::{MinibatchConfig, MinibatchSource, RunLength, SourceState};
 use cntkio::{ChunkData, CtfOptions, CtfReader, Error, Schema, StorageFormat, StreamSpec};
-use cntkio::{ElementType, Layout};
+use cntkio::{ElementType, ErrorKind, Layout};
 use cntkio_core::cbf::{decode_file, encode_file, Header, Limits};
 use cntkio_core::ctf::index::{bom_len, index_bytes, select_mode, skip_space, IndexMode};
 use cntkio_core::ctf::infer::Inferrer;
@@ -295,7 +295,13 @@ pub fn cbf_read(data: &[u8]) {
     assert!(4 * values <= data.len(), "{values} values decoded from {} bytes", data.len());
     assert!(4 * sequences <= data.len(), "{sequences} sequences decoded from {} bytes", data.len());
     assert!(chunks.iter().all(sparse_indices_in_range), "a sparse index out of range was decoded");
-    let again = encode_file(header.streams(), &chunks).expect("decoded chunks encode");
+    let again = match encode_file(header.streams(), &chunks) {
+        Ok(again) => again,
+        // Meta counts summing past the chunk table's 32-bit sample count decode (CNTK does not check the
+        // sum) but cannot be written again.
+        Err(e) if matches!(e.kind(), ErrorKind::Limit { what, .. } if what.contains("meta counts")) => return,
+        Err(e) => panic!("decoded chunks do not encode: {e:?}"),
+    };
     let (header2, chunks2) = decode_file(&again, &limits).expect("an encoded file decodes");
     assert_eq!(header2.streams(), header.streams());
     assert_eq!(format!("{chunks2:?}"), format!("{chunks:?}"), "decode(encode(decoded)) differs");

@@ -42,7 +42,7 @@ impl StreamStats {
     /// The smallest dim the data allows.
     pub fn min_dim(&self) -> u64 {
         if self.is_sparse() {
-            self.max_index.map_or(0, |m| m + 1)
+            self.max_index.map_or(0, |m| m.saturating_add(1))
         } else {
             self.max_values
         }
