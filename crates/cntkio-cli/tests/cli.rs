@@ -2288,13 +2288,13 @@ fn validate_names_a_misspelled_input_and_the_cause_of_dropped_sequences() {
         );
     // Reported once, not for the stream that is in the file.
     assert_eq!(o.stderr.matches("never appears in the file;").count(), 1, "{}", o.stderr);
-    // Reading it stops at the first chunk, whose error names the cause it found in the chunk's rows.
-    for cmd in [&["dump"][..], &["batches", "--mb-size", "2"]] {
-        run(args![cmd, &f, "--stream", "featurs:2:dense", "--stream", "labels:2:dense"]).code(1).err_has(
-            "error[E0032]: input |featurs of the schema is in no row here; the rows have |features: did you mean \
+    // Reading minibatches stops at the first chunk, whose error names the cause found in the chunk's rows.
+    run(args!["batches", "--mb-size", "2", &f, "--stream", "featurs:2:dense", "--stream", "labels:2:dense"])
+        .code(1)
+        .err_has(
+        "error[E0032]: input |featurs of the schema is in no row up to here; the rows have |features: did you mean \
              |features?; this caused: [E0021]",
-        );
-    }
+    );
     let o = run(args!["validate", "--json", &f, "--stream", "featurs:2:dense", "--stream", "labels:2:dense"]);
     let v: serde_json::Value = serde_json::from_str(&o.stdout()).unwrap();
     let m = &v["files"][0]["missing_inputs"];
@@ -2569,4 +2569,24 @@ fn hostile_cbf_numbers_are_precise_errors_without_allocating_them() {
             assert!(!d.path().join("out.ctf").exists());
         }
     }
+}
+
+#[test]
+fn a_dense_dim_far_larger_than_the_data_is_refused_not_allocated() {
+    // `|a 1` with a dim of 4e9: zero-filled, one sample would take 16 GB. Refused before anything is allocated
+    // (the limit is half the machine's memory), where the process would otherwise abort on the allocation.
+    let d = tmp();
+    let f = write(d.path(), "one.ctf", "|a 1\n|a 2\n");
+    for cmd in [&["dump"][..], &["validate"], &["batches", "--mb-size", "1"], &["convert"]] {
+        let mut a: Vec<std::ffi::OsString> = cmd.iter().map(Into::into).collect();
+        a.extend([f.clone().into_os_string(), "--stream".into(), "a:4000000000:dense".into()]);
+        if cmd == ["convert"] {
+            a.push(d.path().join("out.cbf").into());
+        }
+        let o = run(&a);
+        assert_eq!(o.code, 1, "{cmd:?}: {}", o.stderr);
+        o.err_has("error[E3002]: decoded size of this chunk's dense samples");
+        assert!(!o.stderr.contains("memory allocation"), "{}", o.stderr);
+    }
+    assert!(!d.path().join("out.cbf").exists());
 }

@@ -237,11 +237,11 @@ pub enum ErrorKind {
         last: Box<Error>,
     },
 
-    /// A chunk of a CTF file failed to parse, and no row of it has an input of the schema while its rows
-    /// have inputs the schema lacks: the likely cause (a misspelled stream name or alias), named before
-    /// the error it caused.
+    /// A chunk of a CTF file failed to parse, and no row of it up to the error has an input of the schema
+    /// while those rows have inputs the schema lacks: the likely cause (a misspelled stream name or alias),
+    /// named before the error it caused.
     #[error(
-        "input |{alias} of the schema is in no row here; the rows have {}{}; this caused: [{}] {}",
+        "input |{alias} of the schema is in no row up to here; the rows have {}{}; this caused: [{}] {}",
         found.iter().map(|n| format!("|{n}")).collect::<Vec<_>>().join(", "),
         suggestion.as_ref().map(|s| format!(": did you mean |{s}?")).unwrap_or_default(),
         caused.code(),

@@ -373,6 +373,9 @@ pub fn validate_ctf(
         &scan,
         |p| {
             crate::check_cancel(vo.cancel)?;
+            if let Some(f) = &p.fatal {
+                return Err(f.clone());
+            }
             r.sequences += p.data.num_sequences() as u64;
             r.samples += p.data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
             for (t, d) in r.stream_samples.iter_mut().zip(&p.data.streams) {

@@ -209,6 +209,8 @@ fn stop_of_error(e: &Error) -> Stop {
         ErrorKind::SequenceIdOverflow => Stop::IdOverflow,
         ErrorKind::MaxErrorsReached { .. } => Stop::MaxErrors,
         ErrorKind::EmptyStream { .. } => Stop::EmptyStream,
+        // cntkio's explanation of a failed chunk (an input of the schema no row has): CNTK's stop it holds.
+        ErrorKind::MissingInput { caused, .. } => stop_of_error(caused),
         _ => panic!("unexpected error: {e}"),
     }
 }

@@ -157,6 +157,7 @@ fn try_load(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<C
         let mut chunker = Chunker::new(cfg.chunk_size, file.len());
         let mut chunks = Vec::new();
         let mut prev_end = 0u64;
+        let mut prev_line = 0u64;
         for r in recs.chunks_exact(RECORD) {
             let u64at = |a: usize| u64::from_le_bytes(r[a..a + 8].try_into().expect("8 bytes"));
             let u32at = |a: usize| u32::from_le_bytes(r[a..a + 4].try_into().expect("4 bytes"));
@@ -164,10 +165,14 @@ fn try_load(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<C
             let line = u64at(24);
             // The end is computed with a check: a record's offset is any number the file holds.
             let end = s.offset.checked_add(u64::from(s.len_bytes)).filter(|&e| e <= file.len());
-            let Some(end) = end.filter(|_| s.offset >= prev_end && s.len_bytes > 0 && s.num_samples > 0) else {
+            // Lines only grow, and a file has no more lines than bytes.
+            let line_ok = line >= prev_line && line <= file.len();
+            let Some(end) = end.filter(|_| s.offset >= prev_end && s.len_bytes > 0 && s.num_samples > 0 && line_ok)
+            else {
                 return Ok(None);
             };
             prev_end = end;
+            prev_line = line;
             if let Some(c) = chunker.push(s, line)? {
                 chunks.push(c);
             }

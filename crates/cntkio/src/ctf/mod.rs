@@ -156,18 +156,22 @@ impl CtfReader {
     }
 }
 
-/// `e`, the error chunk `desc` of `file` failed with, or, when no row of the chunk has an input of
-/// `schema` while its rows have inputs the schema lacks, [`ErrorKind::MissingInput`] naming that cause (and
-/// holding `e`). Costs one more pass over the chunk's bytes, only on failure.
+/// `e`, the error chunk `desc` of `file` failed with, or, when no row of the chunk up to the error has an
+/// input of `schema` while those rows have inputs the schema lacks, [`ErrorKind::MissingInput`] naming that
+/// cause (and holding `e`). Costs one more pass over those rows (at most the first MiB of the chunk when the
+/// error has no position), only on failure.
 pub(crate) fn explain(file: &InputFile, schema: &Schema, desc: &ChunkDesc, e: Error) -> Error {
     if !matches!(e.kind(), ErrorKind::MaxErrorsReached { .. } | ErrorKind::EmptyStream { .. }) {
         return e;
     }
+    let upto = e.position().byte.unwrap_or(desc.offset.saturating_add(1 << 20));
+    let rows: Vec<&cntkio_core::ctf::SequenceDesc> = desc.sequences.iter().take_while(|s| s.offset <= upto).collect();
+    let Some(last) = rows.last() else { return e };
+    let Ok(len) = usize::try_from(last.offset - desc.offset + u64::from(last.len_bytes)) else { return e };
     let mut inf = cntkio_core::ctf::infer::Inferrer::new();
     let mut buf = Vec::new();
-    let Ok(len) = usize::try_from(desc.len_bytes) else { return e };
     let read = file.with_bytes(desc.offset, len, &mut buf, |bytes| {
-        for s in &desc.sequences {
+        for s in &rows {
             let a = (s.offset - desc.offset) as usize;
             if let Some(seq) = bytes.get(a..a + s.len_bytes as usize) {
                 inf.add_sequence(seq);

@@ -275,6 +275,21 @@ pub(crate) fn parse_bytes(
     find_rows: bool,
 ) -> ParsedChunk {
     data.clear();
+    if let Err(e) = check_decoded_size(bytes, parser, &desc) {
+        let fatal = Some(Locator::new(bytes, desc.offset, desc.first_line, path).locate(e));
+        return ParsedChunk {
+            desc,
+            data,
+            errors: Vec::new(),
+            num_errors: 0,
+            num_dropped: 0,
+            warnings: Vec::new(),
+            num_warnings: 0,
+            tally: Tally::default(),
+            fatal,
+            stopped: false,
+        };
+    }
     let mut sink = Sink {
         policy,
         errors: Vec::new(),
@@ -315,6 +330,56 @@ pub(crate) fn parse_bytes(
     }
 }
 
+/// The most a chunk's dense samples may decode to: half the machine's memory (8 GiB where it is not known).
+/// Dense samples are zero-filled to their stream's dim, so a few bytes of text (`|a` on a line) become `dim`
+/// values: with a dim far larger than the data (a typo in a schema), a chunk would ask for more memory than the
+/// machine has.
+pub fn max_decoded_chunk_bytes() -> u64 {
+    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        // `MemTotal:    24596444 kB` (Linux); elsewhere, or unreadable, the fallback.
+        let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()?.checked_mul(1024)
+        });
+        total.map_or(8 << 30, |t| t / 2)
+    })
+}
+
+/// Refuses a chunk whose dense samples alone would decode to more than [`max_decoded_chunk_bytes`]: its rows
+/// (the index's count, or an upper bound from the bytes when rows are found while parsing) times the bytes
+/// of a sample of every dense stream.
+fn check_decoded_size(bytes: &[u8], parser: &CtfParser, desc: &ChunkDesc) -> Result<(), Error> {
+    let per_row: u64 = parser
+        .schema()
+        .streams()
+        .iter()
+        .filter(|s| s.format == cntkio_core::StorageFormat::Dense)
+        .map(|s| (s.dim as u64).saturating_mul(s.element_type.size_bytes() as u64))
+        .sum();
+    let limit = max_decoded_chunk_bytes();
+    // A row with a dense sample has at least 3 bytes (`|a` and its end of line).
+    let mut rows = if desc.num_samples > 0 { desc.num_samples } else { bytes.len() as u64 / 3 + 1 };
+    if rows.saturating_mul(per_row) > limit && desc.num_samples == 0 {
+        rows = memchr::memchr_iter(b'\n', bytes).count() as u64 + 1;
+    }
+    let need = rows.saturating_mul(per_row);
+    if need > limit {
+        return Err(Error::at(
+            ErrorKind::Limit {
+                what: format!(
+                    "decoded size of this chunk's dense samples (up to {rows} rows × {per_row} bytes, zero-filled to the \
+                     dims; the limit is half the machine's memory)"
+                ),
+                value: need,
+                limit,
+            },
+            0,
+        ));
+    }
+    Ok(())
+}
+
 /// Turns byte offsets inside a chunk into lines and columns.
 pub(crate) struct Locator<'a> {
     bytes: &'a [u8],
@@ -336,7 +401,7 @@ impl<'a> Locator<'a> {
             let lines = memchr::memchr_iter(b'\n', before).count() as u64;
             let line_start = memchr::memrchr(b'\n', before).map_or(0, |k| k + 1);
             // A chunk starts at a row start, so its first line starts at column 1.
-            p.line = Some(self.first_line + lines + 1);
+            p.line = Some(self.first_line.saturating_add(lines).saturating_add(1));
             p.column = Some((rel - line_start) as u64 + 1);
         }
         p

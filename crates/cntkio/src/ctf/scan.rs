@@ -4,7 +4,7 @@
 
 use super::index::{index_line_chunks, index_streaming_bytes, ChunkBytes};
 use super::parse::{parse_bytes, parse_chunk, parse_chunk_bytes, parse_file_chunk, ParsePolicy, ParsedChunk};
-use super::{apply_budget, explain, index_config, locate_index_error};
+use super::{apply_budget, index_config, locate_index_error};
 use crate::input::InputFile;
 use crate::{CtfOptions, Error, Schema};
 use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
@@ -108,7 +108,7 @@ pub fn scan_file_owned(
         summary.chunks += 1;
         summary.errors += p.num_errors;
         if scan.enforce_max_errors {
-            apply_budget(&mut used, opts.max_errors, &p).map_err(|e| explain(file, schema, &p.desc, e))?;
+            apply_budget(&mut used, opts.max_errors, &p)?;
         }
         let end = p.desc.offset.saturating_add(p.desc.len_bytes);
         let (flow, spare) = consumer(p)?;
