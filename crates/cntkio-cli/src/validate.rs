@@ -188,7 +188,6 @@ pub fn error_json(e: &Error) -> serde_json::Value {
 
 /// A stream as `--stream` writes it: `NAME:DIM:dense|sparse[:ALIAS]`.
 fn stream_flag(s: &cntkio::StreamSpec) -> String {
-    let format = if s.format == cntkio::StorageFormat::Sparse { "sparse" } else { "dense" };
     let alias = if s.alias == s.name { String::new() } else { format!(":{}", s.alias) };
-    format!("{}:{}:{format}{alias}", s.name, s.dim)
+    format!("{}:{}:{}{alias}", s.name, s.dim, s.format.name())
 }

@@ -293,10 +293,8 @@ impl Report {
                 m.alias, m.stream
             );
         }
-        let cause = self.tally.drop_causes.iter().fold(None, |best: Option<&(Error, u64)>, c| match best {
-            Some(b) if b.1 >= c.1 => Some(b),
-            _ => Some(c),
-        });
+        // The most frequent, the first found on a tie (`max_by_key` keeps the last of equals).
+        let cause = self.tally.drop_causes.iter().rev().max_by_key(|(_, n)| *n);
         let consequence = format!("{lack} a configured stream (always fatal in CNTK)");
         match cause {
             Some((e, n)) if *n == self.dropped => {

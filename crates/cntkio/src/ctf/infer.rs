@@ -1,6 +1,6 @@
 //! A schema read off a CTF file's own rows, for checking a file whose schema the user did not give.
 
-use crate::ctf::{index_streaming, locate_index_error, IndexConfig, IndexMode};
+use crate::ctf::{index_streaming, locate_index_error, IndexConfig, IndexMode, SequenceDesc};
 use crate::input::InputFile;
 use crate::{Error, Schema, StorageFormat, StreamSpec};
 use cntkio_core::ctf::infer::Inferrer;
@@ -53,17 +53,31 @@ pub(crate) fn survey(
         |c| {
             chunks += 1;
             file.with_bytes(c.offset, c.len_bytes as usize, &mut buf, |bytes| {
-                for s in &c.sequences {
-                    let a = (s.offset - c.offset) as usize;
-                    inferrer.add_sequence(&bytes[a..a + s.len_bytes as usize]);
-                    on_sequence(s.num_samples);
-                }
+                add_sequences(&mut inferrer, bytes, c.offset, &c.sequences, &mut *on_sequence)
             })
         },
         progress,
     )
     .map_err(|e| locate_index_error(e, file))?;
     Ok(Survey { mode, inferrer, chunks })
+}
+
+/// Feeds `sequences` (of a file; `bytes` are the file's from byte `base`) to `inferrer`, each one's rows to
+/// `on_sequence`. A sequence outside `bytes` is left out.
+pub(crate) fn add_sequences<'a>(
+    inferrer: &mut Inferrer,
+    bytes: &[u8],
+    base: u64,
+    sequences: impl IntoIterator<Item = &'a SequenceDesc>,
+    on_sequence: &mut dyn FnMut(u32),
+) {
+    for s in sequences {
+        let a = (s.offset - base) as usize;
+        if let Some(seq) = bytes.get(a..a + s.len_bytes as usize) {
+            inferrer.add_sequence(seq);
+            on_sequence(s.num_samples);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -165,18 +165,13 @@ pub(crate) fn explain(file: &InputFile, schema: &Schema, desc: &ChunkDesc, e: Er
         return e;
     }
     let upto = e.position().byte.unwrap_or(desc.offset.saturating_add(1 << 20));
-    let rows: Vec<&cntkio_core::ctf::SequenceDesc> = desc.sequences.iter().take_while(|s| s.offset <= upto).collect();
-    let Some(last) = rows.last() else { return e };
+    let rows = desc.sequences.iter().take_while(|s| s.offset <= upto).count();
+    let Some(last) = rows.checked_sub(1).map(|i| &desc.sequences[i]) else { return e };
     let Ok(len) = usize::try_from(last.offset - desc.offset + u64::from(last.len_bytes)) else { return e };
     let mut inf = cntkio_core::ctf::infer::Inferrer::new();
     let mut buf = Vec::new();
     let read = file.with_bytes(desc.offset, len, &mut buf, |bytes| {
-        for s in &rows {
-            let a = (s.offset - desc.offset) as usize;
-            if let Some(seq) = bytes.get(a..a + s.len_bytes as usize) {
-                inf.add_sequence(seq);
-            }
-        }
+        infer::add_sequences(&mut inf, bytes, desc.offset, &desc.sequences[..rows], &mut |_| {})
     });
     if read.is_err() {
         return e;

@@ -275,21 +275,6 @@ pub(crate) fn parse_bytes(
     find_rows: bool,
 ) -> ParsedChunk {
     data.clear();
-    if let Err(e) = check_decoded_size(bytes, parser, &desc) {
-        let fatal = Some(Locator::new(bytes, desc.offset, desc.first_line, path).locate(e));
-        return ParsedChunk {
-            desc,
-            data,
-            errors: Vec::new(),
-            num_errors: 0,
-            num_dropped: 0,
-            warnings: Vec::new(),
-            num_warnings: 0,
-            tally: Tally::default(),
-            fatal,
-            stopped: false,
-        };
-    }
     let mut sink = Sink {
         policy,
         errors: Vec::new(),
@@ -300,7 +285,9 @@ pub(crate) fn parse_bytes(
         tally: Tally::default(),
         stopped: false,
     };
-    let r = if find_rows {
+    let r = if let Err(e) = check_decoded_size(bytes, parser, &desc) {
+        Err(e)
+    } else if find_rows {
         let r = parser.parse_rows(bytes, desc.offset, desc.first_line, &mut desc.sequences, &mut data, &mut sink);
         desc.num_samples = desc.sequences.len() as u64;
         r
