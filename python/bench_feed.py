@@ -13,7 +13,10 @@ Rows (each the best of ``--repeat`` epochs, the paths taking turns so that the m
 * ``MinibatchSource.next_minibatch``: CNTK's API, one call per minibatch;
 * ``torch Loader`` (with ``pin_memory`` where CUDA is present): :class:`cntkio.torch.Loader`;
 * ``DataLoader(IterableDataset), W workers``: ``torch.utils.data.DataLoader`` over
-  :class:`cntkio.torch.IterableDataset` with 0 and ``--workers`` (default 2) worker processes;
+  :class:`cntkio.torch.IterableDataset` with 0 and ``--workers`` (default 2) worker processes, started for each
+  epoch (DataLoader's default) and, in the ``persistent`` row, once for all epochs (``persistent_workers=True``);
+* ``DataLoader's own ceiling``: the same DataLoader over items without data (one per batch): what DataLoader's
+  worker processes and hand-over alone cost, as the rate no dataset can pass through them;
 * with CUDA, a training step of a 100→1024→1024→10 MLP (dims from the file) fed by
   ``cntkio.torch.Loader(device="cuda")``, against the same steps on batches already on the GPU.
 
@@ -136,6 +139,11 @@ def main() -> None:
                 ds = ct.IterableDataset(**opts)
                 return DataLoader(ds, batch_size=None, num_workers=w, persistent_workers=False)
             paths[f"DataLoader(IterableDataset), {w} workers"] = epoch(make)
+        for w in sorted(set(args.workers or [2]) - {0}):
+            paths[f"DataLoader(IterableDataset), {w} persistent workers"] = persistent(ct, DataLoader, opts, w)
+            paths[f"DataLoader's own ceiling, {w} workers (batches without data)"] = dataloader_ceiling(
+                torch, DataLoader, opts, w
+            )
     if cuda:
         paths.update(training_rows(torch, opts, threads, args.train_batches))
     paths = {k: v for k, v in paths.items() if not any(s in k for s in args.skip)}
@@ -167,6 +175,59 @@ def main() -> None:
         print(f"| {name} | {best / 1e6:.2f} | {vs_native} | {vs_gpu} |")
     for k, v in notes.items():
         print(f"\n{k}: {v}")
+
+
+def persistent(ct: Any, data_loader: Any, opts: Dict[str, Any], workers: int) -> Callable[[], float]:
+    """One epoch per call of one DataLoader kept across calls (``persistent_workers=True``, ``set_epoch``
+    between epochs), as a training run keeps it: the worker processes start once."""
+    ds = ct.IterableDataset(**opts)
+    loader = data_loader(ds, batch_size=None, num_workers=workers, persistent_workers=True)
+    rounds = [0]
+
+    def run() -> float:
+        ds.set_epoch(rounds[0])
+        rounds[0] += 1
+        t = time.perf_counter()
+        n = 0
+        for b in loader:
+            n += touch(b)
+        return n / (time.perf_counter() - t)
+
+    return run
+
+
+class _Count(int):
+    """A batch's number of samples, standing for the batch in the ``DataLoader's own ceiling`` row."""
+
+    def sum(self) -> int:
+        return int(self)
+
+
+def dataloader_ceiling(torch: Any, data_loader: Any, opts: Dict[str, Any], workers: int) -> Callable[[], float]:
+    """What DataLoader itself costs with ``workers`` new worker processes per epoch: an epoch of as many
+    items as the data has batches, each a small object that DataLoader passes on as it is (as it passes the
+    tickets of cntkio's workers), read as the other rows read theirs; as a rate, the epoch's samples over that
+    time — the most any dataset can deliver through it on this machine."""
+    import cntkio.torch as ct
+
+    sizes = [touch(b) for b in ct.Loader(**opts)]
+
+    class Items(torch.utils.data.IterableDataset):  # type: ignore[misc,name-defined]
+        def __iter__(self) -> Any:
+            info = torch.utils.data.get_worker_info()
+            w, n = (info.id, info.num_workers) if info is not None else (0, 1)
+            for size in sizes[w::n]:
+                yield {"x_lengths": _Count(size)}
+
+    def run() -> float:
+        loader = data_loader(Items(), batch_size=None, num_workers=workers, persistent_workers=False)
+        t = time.perf_counter()
+        n = 0
+        for b in loader:
+            n += touch(b)
+        return n / (time.perf_counter() - t)
+
+    return run
 
 
 def training_rows(torch: Any, opts: Dict[str, Any], threads: int, steps: int) -> Dict[str, Callable[[], float]]:
