@@ -27,6 +27,7 @@ use crate::cbf::CbfFile;
 use crate::convert::{detect_format, Format};
 use crate::ctf::{survey, IndexMode};
 use crate::input::{Access, InputFile};
+use crate::length_stats::LengthStats;
 use crate::{ChunkData, ElementType, Error, Layout, StorageFormat};
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
@@ -83,9 +84,13 @@ pub struct CtfReport {
 }
 
 /// The distribution of a CTF file's sequence lengths (rows per sequence); quantiles are the nearest
-/// rank (0 without sequences).
+/// rank (0 without sequences). Found in bounded memory: see `exact`.
 #[derive(Debug, Clone, Serialize)]
 pub struct CtfLengths {
+    /// The quantiles are exact. False for a file whose lengths of 4,096 or more take more than 65,536
+    /// distinct values: quantiles among those are then less than 1/128 below the true value (min, max,
+    /// mean and the histogram stay exact).
+    pub exact: bool,
     /// Sequences by their length's next power of two, ascending (empty classes left out).
     pub histogram: Vec<LengthClass>,
     /// The longest.
@@ -110,7 +115,7 @@ pub struct LengthClass {
     /// Sequences in it.
     pub sequences: u64,
     /// Its bound: a power of two; the class holds the lengths above the previous power of two, up to it.
-    pub up_to: u32,
+    pub up_to: u64,
 }
 
 /// A stream of a CTF file, as its rows show it.
@@ -179,9 +184,11 @@ pub struct CbfReport {
 }
 
 /// The distribution of a CBF file's sequence lengths (meta counts); quantiles are the nearest rank (0
-/// without sequences).
+/// without sequences). Found in bounded memory, as [`CtfLengths`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CbfLengths {
+    /// The quantiles are exact (see [`CtfLengths::exact`]).
+    pub exact: bool,
     /// The longest.
     pub max: u32,
     /// The shortest.
@@ -247,10 +254,9 @@ pub fn inspect_ctf(
     skip_sequence_ids: bool,
     progress: &mut dyn FnMut(u64),
 ) -> Result<CtfReport, Error> {
-    let mut lengths: Vec<u32> = Vec::new();
-    let seen = survey(file, skip_sequence_ids, &mut |n| lengths.push(n), progress)?;
-    lengths.sort_unstable();
-    let q = |f: f64| quantile(&lengths, f);
+    let mut lengths = LengthStats::default();
+    let seen = survey(file, skip_sequence_ids, &mut |n| lengths.add(n), progress)?;
+    let q = |f: f64| lengths.quantile(f);
     let inf = seen.inferrer;
     let streams = inf
         .streams
@@ -285,16 +291,17 @@ pub fn inspect_ctf(
         path: file.path().to_path_buf(),
         rows: inf.rows,
         sequence_length: CtfLengths {
+            exact: lengths.is_exact(),
             histogram: histogram(&lengths),
             max: q(1.0),
-            mean: mean(&lengths),
+            mean: lengths.mean(),
             min: q(0.0),
             p50: q(0.5),
             p90: q(0.9),
             p99: q(0.99),
             unit: "rows",
         },
-        sequences: lengths.len() as u64,
+        sequences: lengths.count(),
         streams,
         version: REPORT_VERSION,
     })
@@ -309,11 +316,13 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
     let mut buf = Vec::new();
     let n = schema.len();
     let (mut samples, mut nnz, mut seqs_with) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
-    let mut lengths: Vec<u32> = Vec::new();
+    let mut lengths = LengthStats::default();
     let mut chunks = Vec::with_capacity(f.chunk_count());
     for (k, c) in f.chunks().iter().enumerate() {
         f.read_chunk_into(k, &mut buf, &mut data)?;
-        lengths.extend_from_slice(&data.num_samples);
+        for &n in &data.num_samples {
+            lengths.add(n);
+        }
         for (i, st) in data.streams.iter().enumerate() {
             samples[i] += st.num_samples();
             if let Layout::Sparse { indices, .. } = &st.layout {
@@ -329,8 +338,7 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
             sequences: c.num_sequences,
         });
     }
-    lengths.sort_unstable();
-    let q = |p: f64| quantile(&lengths, p);
+    let q = |p: f64| lengths.quantile(p);
     let streams = f
         .streams()
         .iter()
@@ -352,39 +360,24 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
         format: Format::Cbf,
         header_offset: f.header().header_offset(),
         path: path.to_path_buf(),
-        samples: lengths.iter().map(|&x| u64::from(x)).sum(),
-        sequence_length: CbfLengths { max: q(1.0), min: q(0.0), p50: q(0.5), p90: q(0.9), unit: "meta samples" },
-        sequences: lengths.len() as u64,
+        samples: u64::try_from(lengths.sum()).unwrap_or(u64::MAX),
+        sequence_length: CbfLengths {
+            exact: lengths.is_exact(),
+            max: q(1.0),
+            min: q(0.0),
+            p50: q(0.5),
+            p90: q(0.9),
+            unit: "meta samples",
+        },
+        sequences: lengths.count(),
         streams,
         version: REPORT_VERSION,
     })
 }
 
-/// The power-of-two histogram of sorted lengths.
-fn histogram(lengths: &[u32]) -> Vec<LengthClass> {
-    let mut hist: Vec<LengthClass> = Vec::new();
-    for &l in lengths {
-        let up_to = l.next_power_of_two();
-        match hist.last_mut() {
-            Some(c) if c.up_to == up_to => c.sequences += 1,
-            _ => hist.push(LengthClass { sequences: 1, up_to }),
-        }
-    }
-    hist
-}
-
-/// The nearest-rank quantile `f` of sorted lengths (0 for none).
-fn quantile(lengths: &[u32], f: f64) -> u32 {
-    lengths.get(((lengths.len() as f64 - 1.0) * f).round() as usize).copied().unwrap_or(0)
-}
-
-fn mean(lengths: &[u32]) -> f64 {
-    let n = lengths.len();
-    if n > 0 {
-        lengths.iter().map(|&x| f64::from(x)).sum::<f64>() / n as f64
-    } else {
-        0.0
-    }
+/// The power-of-two histogram of the lengths.
+fn histogram(lengths: &LengthStats) -> Vec<LengthClass> {
+    lengths.pow2_classes().map(|(up_to, sequences)| LengthClass { sequences, up_to }).collect()
 }
 
 fn format_name<S: Serializer>(f: &Format, s: S) -> Result<S::Ok, S::Error> {
@@ -415,7 +408,7 @@ fn display_path<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{histogram, inspect, quantile, InspectReport, LengthClass};
+    use super::{histogram, inspect, InspectReport, LengthClass, LengthStats};
 
     /// serde writes fields in declaration order; version 1 of the JSON shape has its keys sorted (as a
     /// `serde_json::Value` sorts them).
@@ -442,9 +435,13 @@ mod tests {
 
     #[test]
     fn lengths() {
-        let l = [1, 2, 3, 3, 4, 5, 9];
-        let classes: Vec<(u32, u64)> = histogram(&l).iter().map(|c: &LengthClass| (c.up_to, c.sequences)).collect();
+        let mut l = LengthStats::default();
+        for n in [9, 1, 3, 2, 3, 4, 5] {
+            l.add(n);
+        }
+        let classes: Vec<(u64, u64)> = histogram(&l).iter().map(|c: &LengthClass| (c.up_to, c.sequences)).collect();
         assert_eq!(classes, [(1, 1), (2, 1), (4, 3), (8, 1), (16, 1)]);
-        assert_eq!((quantile(&l, 0.0), quantile(&l, 0.5), quantile(&l, 1.0), quantile(&[], 0.5)), (1, 3, 9, 0));
+        assert_eq!((l.quantile(0.0), l.quantile(0.5), l.quantile(1.0)), (1, 3, 9));
+        assert_eq!(LengthStats::default().quantile(0.5), 0);
     }
 }

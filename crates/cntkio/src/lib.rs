@@ -21,6 +21,7 @@ pub use options::CtfOptions;
 pub mod ctf;
 mod hint;
 pub mod input;
+mod length_stats;
 mod mmap;
 mod output;
 
