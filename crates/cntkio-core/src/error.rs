@@ -33,6 +33,16 @@ pub struct Position {
     pub sequence_id: Option<u64>,
 }
 
+impl Position {
+    /// Moves a position in a CTF file in line mode `by` lines down: its line and its sequence's key (the
+    /// key of a line-mode sequence is its line); its byte offset stays.
+    pub fn shift_lines(&mut self, by: u64) {
+        for v in [&mut self.line, &mut self.sequence_id].into_iter().flatten() {
+            *v += by;
+        }
+    }
+}
+
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut sep = "";
@@ -699,6 +709,20 @@ impl Error {
     /// The position, to fill in.
     pub fn position_mut(&mut self) -> &mut Position {
         &mut self.0.position
+    }
+    /// Moves an error of a CTF file in line mode `by` lines down: its line, and the keys it names (a
+    /// line-mode sequence's key is its line), for an error found by a parser that counted lines from an
+    /// earlier start than the text's true one.
+    pub fn shift_lines(&mut self, by: u64) {
+        self.0.position.shift_lines(by);
+        match &mut self.0.kind {
+            ErrorKind::TooManySamples { sequence, .. }
+            | ErrorKind::TooFewSamples { sequence, .. }
+            | ErrorKind::EmptyStream { sequence, .. } => *sequence += by,
+            ErrorKind::MaxErrorsReached { last, .. } => last.shift_lines(by),
+            ErrorKind::MissingInput { caused, .. } => caused.shift_lines(by),
+            _ => {}
+        }
     }
     /// Sets the path.
     pub fn with_path(mut self, path: impl Into<String>) -> Error {

@@ -169,3 +169,74 @@ fn validations_stop_when_asked() {
     assert_eq!(e.to_string(), cntkio::interrupted().to_string());
     assert_eq!(ASKED.load(Ordering::SeqCst), 2);
 }
+
+mod threads {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Rows of a line-mode file (no sequence ids, no `definesMBSize` stream): valid ones, and ones with
+    /// each kind of problem a validation reports.
+    fn row() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "|x 1 2 |y 0:1",
+            "|x 3 4 |y 2:0.5 1:1",
+            "|x 1 a |y 0:1",
+            "|x 1 2",
+            "|y 9:1 |x 1 2",
+            "|z 1 |x 1 2 |y 1:1",
+            "|x 1 2 3 |y 1:1",
+            "|x 1 |y 1:1",
+            "",
+            "|# a comment",
+            "|x 1 2 |y 0:1 |# and a comment",
+            "|x 1e400 2 |y 0:1",
+            "|y 1:",
+        ])
+    }
+
+    fn findings(path: &Path, threads: usize, chunk_size: u64, limit: usize, warnings: bool) -> (String, Vec<String>) {
+        let schema = Schema::new(vec![
+            StreamSpec::new("x", 2, StorageFormat::Dense),
+            StreamSpec::new("y", 3, StorageFormat::Sparse),
+        ])
+        .unwrap();
+        let file = InputFile::open(path, Access::Read).unwrap();
+        let opts = CtfOptions { max_errors: 5, chunk_size, ..CtfOptions::default() };
+        let vo = ValidateOptions { threads, limit, warnings, cancel: None };
+        let mut seen = Vec::new();
+        let mut each = |f: Finding<'_>| {
+            seen.push(match f {
+                Finding::Error(e) => format!("E {e}"),
+                Finding::Warning(w, p) => format!("W {w} at {p}"),
+            })
+        };
+        let r = validate_ctf(&file, &schema, &opts, &vo, &mut |_| {}, &mut each).unwrap();
+        (format!("{r:?}"), seen)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        /// A validation's report and findings (every error and warning with its line, column and sequence)
+        /// do not depend on the number of parser threads, with chunks cut anywhere.
+        #[test]
+        fn line_mode_findings_do_not_depend_on_threads(
+            rows in proptest::collection::vec(row(), 1..120),
+            final_newline: bool,
+            chunk_size in 8u64..300,
+            limit in 1usize..5,
+            warnings: bool,
+        ) {
+            let d = tempfile::tempdir().unwrap();
+            let p = d.path().join("v.ctf");
+            let mut text = rows.join("\n");
+            if final_newline {
+                text.push('\n');
+            }
+            std::fs::write(&p, &text).unwrap();
+            let one = findings(&p, 1, chunk_size, limit, warnings);
+            for threads in [2, 3] {
+                prop_assert_eq!(&findings(&p, threads, chunk_size, limit, warnings), &one, "{} threads", threads);
+            }
+        }
+    }
+}

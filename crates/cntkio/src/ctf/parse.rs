@@ -44,6 +44,28 @@ pub struct ParsedChunk {
     pub stopped: bool,
 }
 
+impl ParsedChunk {
+    /// Moves a chunk of a line-mode file `by` lines down (its parser counted its lines from an earlier
+    /// start than its true one): its first line, its sequences' keys (a line-mode key is the line), and
+    /// the lines and keys of its errors and warnings. Its byte offsets stay.
+    pub(crate) fn shift_lines(&mut self, by: u64) {
+        self.desc.first_line += by;
+        for s in &mut self.desc.sequences {
+            s.key += by;
+        }
+        for k in &mut self.data.keys {
+            *k += by;
+        }
+        let tallied = self.tally.errors.iter_mut().chain(self.tally.drop_causes.iter_mut()).map(|(e, _)| e);
+        for e in self.errors.iter_mut().chain(tallied).chain(self.fatal.as_mut()) {
+            e.shift_lines(by);
+        }
+        for (_, pos) in &mut self.warnings {
+            pos.shift_lines(by);
+        }
+    }
+}
+
 struct Sink {
     policy: ParsePolicy,
     errors: Vec<Error>,

@@ -149,16 +149,15 @@ pub fn scan_file_owned(
         }
     };
     // Line mode without a definesMBSize stream and without a cached index: chunks are only cut and the
-    // parsers find the rows (the index then does no work per row). Such a chunk comes with no
-    // sequences and the first line of the file's first row; the pass gives it its true first line,
-    // parsing it again when it has errors or warnings (see `with_first_line`). So not for validation,
-    // where every chunk of a broken file may have errors.
+    // parsers find the rows (the index then does no work per row, and no one thread reads every byte
+    // before the parsers). Such a chunk comes with no sequences and the first line of the file's first
+    // row; the pass moves it to its true first line (see `with_first_line`).
     // `lend` gives vectors to read chunks into when the file is read (see `index_line_chunks`).
     let for_each_row_chunk = |f: &mut OnChunk<'_>,
                               lend: &mut dyn FnMut() -> Vec<u8>,
                               progress: &mut dyn FnMut(u64)|
      -> Result<IndexMode, Error> {
-        if cached.is_none() && scan.enforce_max_errors {
+        if cached.is_none() {
             if let Some(mode) = index_line_chunks(
                 file,
                 &cfg,
@@ -281,7 +280,6 @@ pub fn scan_file_owned(
             let mut in_flight = 0usize;
             // The first line of the next chunk whose rows a parser found (see `for_each_row_chunk`).
             let mut next_line: Option<u64> = None;
-            let mut reparse_buf = Vec::new();
             let mut drain = |pending: &mut BTreeMap<u32, (bool, Result<ParsedChunk, Error>)>,
                              next: &mut u32,
                              in_flight: &mut usize,
@@ -292,9 +290,7 @@ pub fn scan_file_owned(
                     *in_flight -= 1;
                     let mut p = r?;
                     if rows {
-                        p = with_first_line(p, &mut next_line, |desc, data| {
-                            parse_file_chunk(file, &parser, desc, policy, &mut reparse_buf, data, true)
-                        })?;
+                        p = with_first_line(p, &mut next_line)?;
                     }
                     if let Some(d) = deliver(p, summary)? {
                         let _ = spare_tx.send(d);
@@ -388,35 +384,15 @@ impl Like {
 }
 
 /// Gives a chunk whose rows a parser found its true first line: the line after the rows of the chunks
-/// before it (`next_line`, from the first such chunk's, which is right). The parser counted the keys
-/// from the first line of the file's first row, which every such chunk carries. Without errors or
-/// warnings the keys are shifted; otherwise, as their lines and keys are part of their text, the chunk
-/// is parsed again with the right first line (`reparse`).
-fn with_first_line(
-    mut p: ParsedChunk,
-    next_line: &mut Option<u64>,
-    reparse: impl FnOnce(ChunkDesc, ChunkData) -> Result<ParsedChunk, Error>,
-) -> Result<ParsedChunk, Error> {
+/// before it (`next_line`, from the first such chunk's, which is right). The parser counted the lines
+/// and keys from the first line of the file's first row, which every such chunk carries: they are moved
+/// down, in the chunk's sequences and data and in its errors and warnings (their lines, and the keys
+/// they name: a line-mode sequence's key is its line).
+fn with_first_line(mut p: ParsedChunk, next_line: &mut Option<u64>) -> Result<ParsedChunk, Error> {
     let line = *next_line.get_or_insert(p.desc.first_line);
     let shift = line.checked_sub(p.desc.first_line).ok_or_else(|| Error::internal("a chunk's rows out of order"))?;
     if shift > 0 {
-        // Every error kept or warning kept is counted, and a parse stopped by the budget counted errors.
-        let clean = p.num_errors == 0 && p.num_dropped == 0 && p.num_warnings == 0 && p.fatal.is_none();
-        if clean {
-            p.desc.first_line = line;
-            for s in &mut p.desc.sequences {
-                s.key += shift;
-            }
-            for k in &mut p.data.keys {
-                *k += shift;
-            }
-        } else {
-            let mut desc = p.desc;
-            desc.first_line = line;
-            desc.sequences.clear();
-            desc.num_samples = 0;
-            p = reparse(desc, p.data)?;
-        }
+        p.shift_lines(shift);
     }
     *next_line = Some(line + p.desc.sequences.len() as u64);
     Ok(p)
