@@ -339,6 +339,9 @@ fn warning_note(w: &WarningKind, n: u64) -> String {
     }
 }
 
+/// The most bytes of CTF text a validation parses at once (see [`validate_ctf`]).
+const PARSE_UNIT: u64 = 4 << 20;
+
 /// Validates a CTF file: parses every chunk with CNTK's rules, counting every error. `progress` gets the
 /// bytes done; `each` every error and warning kept, as found. Errors: I/O errors only (a file that cannot
 /// be parsed is reported in [`Report::fatal`]).
@@ -350,6 +353,11 @@ pub fn validate_ctf(
     progress: &mut dyn FnMut(u64),
     each: &mut dyn FnMut(Finding<'_>),
 ) -> Result<Report, Error> {
+    // A validation's findings do not depend on how the file is cut into chunks (errors are kept per chunk
+    // up to the limit, which is at least the first `limit` of the file), so it parses in pieces no larger
+    // than PARSE_UNIT: memory is the pieces in flight, whatever CNTK's chunk size (a 32 MiB chunk of tiny
+    // sequences takes ten times its size parsed), and the parsers reuse memory still in cache.
+    let opts = &CtfOptions { chunk_size: opts.chunk_size.min(PARSE_UNIT), ..opts.clone() };
     let scan = ScanOptions {
         threads: vo.threads.max(1),
         enforce_max_errors: false,

@@ -57,8 +57,11 @@ pub(crate) struct Start {
 
 /// Checks the file's first bytes (BOMs, leading whitespace) and selects the mode.
 pub(crate) fn find_start(file: &InputFile, skip_sequence_ids: bool) -> Result<Start, Error> {
+    // The first row is usually in the first bytes: blocks of 64 KiB, not of SCAN_BLOCK (whose fresh
+    // zeroed memory would cost more than the search).
+    const BLOCK: usize = 64 << 10;
     let len = file.len();
-    let mut head = vec![0u8; (len as usize).min(SCAN_BLOCK)];
+    let mut head = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX).min(BLOCK)];
     let n = file.read_some(0, &mut head)?;
     head.truncate(n);
     if is_utf16_bom(&head) {
@@ -83,7 +86,7 @@ pub(crate) fn find_start(file: &InputFile, skip_sequence_ids: bool) -> Result<St
         if pos >= len {
             return Err(Error::at(ErrorKind::EmptyFile, 0));
         }
-        block.resize(SCAN_BLOCK, 0);
+        block.resize(BLOCK, 0);
         let n = file.read_some(pos, &mut block)?;
         if n == 0 {
             return Err(Error::at(ErrorKind::EmptyFile, 0));
