@@ -249,6 +249,38 @@ impl CbfFile {
         }
     }
 
+    /// Appends the meta counts of chunk `k`'s sequences (its first 4 × sequences bytes) to `out`: what
+    /// the randomizer needs of a chunk before it is loaded, read when it is asked for, so that nothing is
+    /// kept per sequence of the file. Errors: no such chunk, a chunk too short for its sequence count, I/O.
+    pub fn meta_counts(&self, k: usize, out: &mut Vec<u32>) -> Result<(), Error> {
+        let p = || self.path.display().to_string();
+        let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(p()))?;
+        let r = dec.byte_range();
+        let sequences = u64::from(self.header.chunks()[k].num_sequences);
+        let need = 4 * sequences;
+        if need > r.end - r.start {
+            let problem = format!(
+                "chunk {k} has {sequences} sequences, whose meta counts need {need} bytes, but it has {} bytes",
+                r.end - r.start
+            );
+            return Err(
+                Error::cbf_value("meta counts", r.start, Some(need), 0..=r.end - r.start, problem).with_path(p())
+            );
+        }
+        let mut read =
+            |bytes: &[u8]| out.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        let (a, n) = (r.start as usize, need as usize);
+        match &self.map {
+            Some(m) => read(m.get(a..a + n).ok_or_else(|| outside_map(k, &r).with_path(p()))?),
+            None => {
+                let mut buf = vec![0u8; n];
+                read_at(&self.file, &mut buf, r.start).map_err(|e| io_err("read", &self.path, e))?;
+                read(&buf);
+            }
+        }
+        Ok(())
+    }
+
     /// The size in bytes of chunk `k`'s byte range (what [`CbfFile::chunk_bytes`] returns). Errors: no such
     /// chunk, a chunk over the size limit.
     pub fn chunk_len(&self, k: usize) -> Result<usize, Error> {

@@ -6,7 +6,6 @@ use super::SourceChunk;
 use crate::cbf::{CbfFile, CbfOptions};
 use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
 use crate::{ChunkData, CtfReader, Error, ErrorKind, StreamSpec};
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -84,15 +83,13 @@ impl<T: Deserializer + ?Sized> Deserializer for Box<T> {
 /// A CBF file as a deserializer: chunks as in the file, sequence keys = global sequence indices, declared
 /// lengths = the file's per-sequence meta counts (CBF.md §2, READER.md §1).
 ///
-/// The meta counts of every chunk are read when the source is opened (4 bytes per sequence); a chunk's
-/// sample count is the chunk table's, as CNTK's randomizer uses it.
+/// A chunk's meta counts are read when its sequences are asked for (once per sweep, as the chunk enters
+/// the randomization window): nothing is kept per sequence of the file. A chunk's sample count is the
+/// chunk table's, as CNTK's randomizer uses it.
 #[derive(Debug)]
 pub struct CbfSource {
     file: Arc<CbfFile>,
     chunks: Vec<ChunkInfo>,
-    /// `meta[meta_offsets[c]..meta_offsets[c+1]]` are chunk `c`'s meta counts.
-    meta: Vec<u32>,
-    meta_offsets: Vec<usize>,
     streams: Vec<StreamSpec>,
 }
 
@@ -107,28 +104,15 @@ impl CbfSource {
         CbfSource::new(CbfFile::open_with(path, options)?)
     }
 
-    /// Wraps an open file, reading its meta counts.
+    /// Wraps an open file.
     pub fn new(file: CbfFile) -> Result<CbfSource, Error> {
-        let p = file.path().display().to_string();
-        let io = |e: std::io::Error| Error::io(format!("read meta counts of {p}"), e).with_path(p.clone());
-        let mut f = std::fs::File::open(file.path()).map_err(io)?;
-        let mut meta = Vec::with_capacity(file.header().num_sequences() as usize);
-        let mut meta_offsets = vec![0];
-        let mut buf = Vec::new();
-        for e in file.chunks() {
-            buf.resize(4 * e.num_sequences as usize, 0);
-            f.seek(SeekFrom::Start(e.offset)).map_err(io)?;
-            f.read_exact(&mut buf).map_err(io)?;
-            meta.extend(buf.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
-            meta_offsets.push(meta.len());
-        }
         let chunks = file
             .chunks()
             .iter()
             .map(|e| ChunkInfo { num_samples: u64::from(e.num_samples), num_sequences: e.num_sequences })
             .collect();
         let streams = file.streams().iter().map(|s| s.to_spec()).collect();
-        Ok(CbfSource { file: Arc::new(file), chunks, meta, meta_offsets, streams })
+        Ok(CbfSource { file: Arc::new(file), chunks, streams })
     }
 
     /// The file.
@@ -148,7 +132,8 @@ impl SequenceSource for CbfSource {
             .header()
             .first_sequence(c)
             .ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.chunks.len()))?;
-        let meta = &self.meta[self.meta_offsets[c]..self.meta_offsets[c + 1]];
+        let mut meta = Vec::new();
+        self.file.meta_counts(c, &mut meta)?;
         out.extend(meta.iter().enumerate().map(|(i, &n)| SequenceInfo { num_samples: n, key: first + i as u64 }));
         Ok(())
     }
