@@ -17,8 +17,14 @@ use std::sync::OnceLock;
 
 /// The output of the conversion under way, for the messages.
 static OUTPUT: OnceLock<Box<[u8]>> = OnceLock::new();
-/// Its temporary file.
-static TEMPORARY: OnceLock<CString> = OnceLock::new();
+/// Its temporary file's names as noted: a name is noted before the file is made, and a name found taken
+/// is followed by another. Each is set once and never freed; [`LAST_TEMPORARY`] says which is current.
+static TEMPORARY: [OnceLock<CString>; 8] = [const { OnceLock::new() }; 8];
+/// The index in [`TEMPORARY`] of the name noted last; `usize::MAX` for none (also when more names were
+/// tried than there are places: the handlers then remove nothing rather than a file of another name).
+static LAST_TEMPORARY: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Names noted so far.
+static NOTED: AtomicUsize = AtomicUsize::new(0);
 /// A conversion is under way (from [`begin_conversion`] until [`end_conversion`]).
 static CONVERTING: AtomicBool = AtomicBool::new(false);
 /// The `SIGBUS` messages, one per input the command may map ([`prepare_for_maps`]).
@@ -103,12 +109,21 @@ fn note_temporary_file(path: &Path) {
     #[cfg(unix)]
     {
         use std::os::unix::ffi::OsStrExt;
-        if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
-            let _ = TEMPORARY.set(c);
-        }
+        let i = NOTED.fetch_add(1, Ordering::SeqCst);
+        let set = match (TEMPORARY.get(i), CString::new(path.as_os_str().as_bytes())) {
+            (Some(slot), Ok(c)) => slot.set(c).is_ok(),
+            _ => false,
+        };
+        LAST_TEMPORARY.store(if set { i } else { usize::MAX }, Ordering::SeqCst);
     }
     #[cfg(not(unix))]
     let _ = path;
+}
+
+/// The temporary file noted last, if any. Safe in a signal handler (an atomic load and reads of values
+/// set once).
+fn temporary() -> Option<&'static CString> {
+    TEMPORARY.get(LAST_TEMPORARY.load(Ordering::SeqCst)).and_then(OnceLock::get)
 }
 
 /// [`explain_sigbus`] or [`explain_interrupt`]: given how to write to stderr and how to remove a file
@@ -123,7 +138,7 @@ fn clean_up(lead: &[u8], write: &mut dyn FnMut(&[u8]), remove: &dyn Fn(&CStr) ->
     }
     write(lead);
     write(OUTPUT.get().map_or(&b"the output"[..], |o| &**o));
-    match TEMPORARY.get() {
+    match temporary() {
         Some(t) if remove(t) => write(b" was not written; its partial temporary file was removed\n"),
         Some(t) => {
             write(b" was not written; its partial temporary file remains: ");
@@ -215,6 +230,10 @@ mod tests {
             "\ncntkio: interrupted: out/x.cbf was not written; its partial temporary file remains: \
              out/.x.cbf.abc.tmp\n"
         );
+        // A name found taken is followed by another: the one noted last is removed.
+        note_temporary_file(Path::new("out/.x.cbf.def.tmp"));
+        let (_, _, asked) = said(explain_interrupt, true);
+        assert_eq!(asked.as_deref(), Some(c"out/.x.cbf.def.tmp"));
 
         // Not converting (say validating): the input is named, there is no output to speak of.
         end_conversion();

@@ -82,9 +82,11 @@ pub struct CtfToCbf {
 /// and the options need no lifetime).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Hooks {
-    /// Called with the path of the temporary output file right after it is created, before anything is
-    /// read: for a caller that must be able to remove it when the process dies (say from a signal
-    /// handler). The file is renamed over the output at the end, or removed when the conversion fails.
+    /// Called with the path of the temporary output file right before it is created (again with the next
+    /// name tried if that name is taken), before anything is read: for a caller that must be able to
+    /// remove it when the process dies (say from a signal handler; removing a noted file that does not
+    /// exist yet is harmless, as the process then ends before making it). The file is renamed over the
+    /// output at the end, or removed when the conversion fails.
     pub on_temporary_file: Option<fn(&Path)>,
     /// Asked between chunks (every few milliseconds) whether to stop: `true` ends the conversion with the
     /// [`interrupted`](crate::interrupted) error, the temporary output removed and the target untouched
@@ -245,10 +247,7 @@ pub fn cbf_to_ctf(
         }
     }
     let schema = Schema::new(streams)?;
-    let tmp = crate::output::temporary(output)?;
-    if let Some(f) = how.hooks.on_temporary_file {
-        f(tmp.path());
-    }
+    let tmp = crate::output::temporary_noted(output, how.hooks.on_temporary_file)?;
     // Written as the CBF writer writes: direct I/O from a background thread where the file system
     // allows it (through the page cache, writing a GB cost several seconds of system time).
     let target = crate::output::Target::new(output, tmp.as_file());

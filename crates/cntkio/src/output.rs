@@ -15,13 +15,30 @@ use std::path::Path;
 /// Creates the temporary file for `path` (see the module documentation), private to the user until
 /// [`persist`] gives it the target's permissions.
 pub(crate) fn temporary(path: &Path) -> Result<tempfile::NamedTempFile, Error> {
+    temporary_noted(path, None)
+}
+
+/// [`temporary`], telling `note` each name it is about to create before creating it (a name already
+/// taken is noted again with the next one tried), so that a signal handler that removes the noted file
+/// leaves nothing behind whenever it runs: before the file exists, it removes nothing (and the file is
+/// never made, the process ends), after, it removes the file.
+pub(crate) fn temporary_noted(path: &Path, note: Option<fn(&Path)>) -> Result<tempfile::NamedTempFile, Error> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
         .rand_bytes(6)
-        .tempfile_in(dir)
+        .make_in(dir, |p| {
+            if let Some(f) = note {
+                f(p);
+            }
+            let mut o = std::fs::OpenOptions::new();
+            o.read(true).write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+            o.open(p)
+        })
         .map_err(|e| Error::io(format!("cannot create a temporary file beside {}", path.display()), e))
 }
 
@@ -125,6 +142,26 @@ mod tests {
         let name = tmp.path().file_name().unwrap().to_str().unwrap();
         let random = name.strip_prefix(".out.cbf.").and_then(|r| r.strip_suffix(".tmp"));
         assert_eq!(random.map(str::len), Some(6), "{name}");
+    }
+
+    /// The name is noted before the file exists, and the file noted last is the one made, private to the
+    /// user.
+    #[test]
+    fn the_temporary_file_is_noted_before_it_is_made() {
+        use std::sync::Mutex;
+        static NOTED: Mutex<Vec<(std::path::PathBuf, bool)>> = Mutex::new(Vec::new());
+        fn note(p: &Path) {
+            NOTED.lock().unwrap().push((p.to_path_buf(), p.exists()));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = temporary_noted(&dir.path().join("out.cbf"), Some(note)).unwrap();
+        let noted = NOTED.lock().unwrap().clone();
+        assert_eq!(noted.last().map(|(p, existed)| (p.as_path(), *existed)), Some((tmp.path(), false)));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(tmp.as_file().metadata().unwrap().permissions().mode() & 0o777, 0o600);
+        }
     }
 
     /// A full file system is said to be full, with the output's path and the space it had; other errors

@@ -204,7 +204,7 @@ impl CbfWriter {
     }
 
     /// [`CbfWriter::with_options`], calling `on_temporary_file` with the temporary file's path right
-    /// after it is created (see [`Hooks::on_temporary_file`](crate::convert::Hooks::on_temporary_file)).
+    /// before it is created (see [`Hooks::on_temporary_file`](crate::convert::Hooks::on_temporary_file)).
     pub(crate) fn with_temporary_hook(
         path: &Path,
         schema: &Schema,
@@ -213,10 +213,7 @@ impl CbfWriter {
     ) -> Result<CbfWriter, Error> {
         let path = path.to_path_buf();
         let streams = schema.streams().iter().map(StreamHeader::from_spec).collect::<Result<Vec<_>, Error>>()?;
-        let tmp = crate::output::temporary(&path)?;
-        if let Some(f) = on_temporary_file {
-            f(tmp.path());
-        }
+        let tmp = crate::output::temporary_noted(&path, on_temporary_file)?;
         let target = Target::new(&path, tmp.as_file());
         let mut sink = Sink::new(tmp.as_file(), tmp.path(), true, options.chunk_size).map_err(|e| target.error(e))?;
         let (spare_tx, spare_rx) = unbounded();
