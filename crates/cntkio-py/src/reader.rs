@@ -148,7 +148,7 @@ impl Reader {
     /// `(sequences, samples)` of each chunk, from the index or the CBF chunk table.
     fn chunk_sizes(&self) -> Vec<(u64, u64)> {
         match &self.inner {
-            Inner::Ctf(r) => r.index().chunks.iter().map(|c| (c.sequences.len() as u64, c.num_samples)).collect(),
+            Inner::Ctf(r) => r.chunks().iter().map(|c| (u64::from(c.num_sequences), c.num_samples)).collect(),
             Inner::Cbf(c) => c
                 .source
                 .file()

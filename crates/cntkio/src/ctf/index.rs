@@ -112,6 +112,34 @@ fn first_id_ends(file: &InputFile, mut pos: u64) -> Result<(), Error> {
     }
 }
 
+/// The sequences of a chunk, found again in its `bytes` (the file's bytes from `desc.offset`, `desc.len_bytes`
+/// of them) exactly as the index found them: the same keys, offsets, lengths and declared lengths. Only
+/// `desc`'s offset, length and first line are read (its `sequences` may be empty). `file_len`: the file's
+/// length (a chunk ending there ends the file). Scans [`SCAN_BLOCK`] bytes at a time, so the scan's own
+/// memory stays small whatever the chunk.
+pub(crate) fn chunk_sequences(
+    bytes: &[u8],
+    desc: &ChunkDesc,
+    mode: IndexMode,
+    main_alias: Option<&str>,
+    file_len: u64,
+) -> Result<Vec<SequenceDesc>, Error> {
+    let scanner = RowScanner::new(mode, main_alias);
+    let mut asm = SequenceAssembler::new(mode, desc.first_line);
+    let mut found = Vec::new();
+    let mut out = Vec::new();
+    let parts = bytes.len().div_ceil(SCAN_BLOCK).max(1);
+    for (a, b) in split_rows(bytes, parts) {
+        let base = desc.offset + a as u64;
+        let is_last = desc.offset + b as u64 >= file_len;
+        asm.push(&scanner.scan_block(&bytes[a..b], base, is_last)?, &mut found)?;
+        out.extend(found.drain(..).map(|(s, _)| s));
+    }
+    asm.finish_file(desc.offset + bytes.len() as u64, &mut found)?;
+    out.extend(found.drain(..).map(|(s, _)| s));
+    Ok(out)
+}
+
 /// Cuts `bytes` into at most `parts` pieces ending just after a `\n` (the last piece ends at the end).
 fn split_rows(bytes: &[u8], parts: usize) -> Vec<(usize, usize)> {
     let mut out = Vec::with_capacity(parts);

@@ -34,16 +34,28 @@ pub fn index_config(schema: &Schema, opts: &CtfOptions) -> IndexConfig {
 }
 
 /// A CTF file opened for random access by chunk: indexed (or loaded from its index cache) at open.
+///
+/// Memory does not grow with the number of sequences beyond [`SEQUENCE_TABLES_BUDGET`]: the index keeps
+/// every chunk's sequences (24 bytes each) while they fit in it, and past it only each chunk's range,
+/// counts and first line; a chunk's sequences are then found again in its bytes when they are needed
+/// (when the chunk enters the randomization window, and when it is loaded), exactly as the index found
+/// them.
 #[derive(Debug)]
 pub struct CtfReader {
     file: InputFile,
     parser: CtfParser,
     options: CtfOptions,
+    /// The index; without its chunks' sequences when `compact`.
     index: CtfIndex,
+    compact: bool,
+    main_alias: Option<String>,
     budget: Mutex<Budget>,
     kept: Mutex<HashMap<u32, Arc<ChunkData>>>,
     chunk_infos: Vec<ChunkInfo>,
 }
+
+/// The bytes of per-sequence index entries a [`CtfReader`] keeps at most; beyond, it keeps none.
+pub const SEQUENCE_TABLES_BUDGET: usize = 64 << 20;
 
 #[derive(Debug, Default)]
 struct Budget {
@@ -65,34 +77,102 @@ impl CtfReader {
         access: Access,
         threads: usize,
     ) -> Result<CtfReader, Error> {
+        Self::open_with_budget(path, schema, options, access, threads, SEQUENCE_TABLES_BUDGET)
+    }
+
+    /// [`open_with`](Self::open_with), keeping per-sequence index entries while they take at most
+    /// `budget` bytes.
+    pub(crate) fn open_with_budget(
+        path: &Path,
+        schema: &Schema,
+        options: &CtfOptions,
+        access: Access,
+        threads: usize,
+        budget: usize,
+    ) -> Result<CtfReader, Error> {
         let file = InputFile::open(path, access)?;
         let cfg = index_config(schema, options);
+        let most = budget / std::mem::size_of::<SequenceDesc>();
+        let mut chunk_infos = Vec::new();
+        let mut kept = 0usize;
+        let mut compact = false;
+        let mut add = |chunks: &mut Vec<ChunkDesc>, mut c: ChunkDesc| {
+            chunk_infos.push(ChunkInfo { num_samples: c.num_samples, num_sequences: c.sequences.len() as u32 });
+            kept = kept.saturating_add(c.sequences.len());
+            if !compact && kept > most {
+                compact = true;
+                chunks.iter_mut().for_each(|c| c.sequences = Vec::new());
+            }
+            if compact {
+                c.sequences = Vec::new();
+            }
+            chunks.push(c);
+        };
+        let mut chunks = Vec::new();
         let index = if options.cache_index {
-            cache::load_or_build(&file, &cfg, threads)?
+            cache::load_or_build(&file, &cfg, threads)?.map(|i| {
+                for c in i.chunks {
+                    add(&mut chunks, c);
+                }
+                CtfIndex { mode: i.mode, chunks: Vec::new(), file_len: i.file_len }
+            })
         } else {
-            build_index(&file, &cfg, threads, &mut |_| {})
-        }
-        .map_err(|e| locate_index_error(e, &file))?;
+            let on_chunk = |c| {
+                add(&mut chunks, c);
+                Ok(())
+            };
+            index_streaming(&file, &cfg, threads, on_chunk, &mut |_| {}).map(|mode| CtfIndex {
+                mode,
+                chunks: Vec::new(),
+                file_len: file.len(),
+            })
+        };
+        let mut index = index.map_err(|e| locate_index_error(e, &file))?;
+        index.chunks = chunks;
         let n = index.chunks.len();
-        let chunk_infos = index
-            .chunks
-            .iter()
-            .map(|c| ChunkInfo { num_samples: c.num_samples, num_sequences: c.sequences.len() as u32 })
-            .collect();
         Ok(CtfReader {
             chunk_infos,
             file,
             parser: CtfParser::new(schema),
             options: options.clone(),
             index,
+            compact,
+            main_alias: cfg.main_alias,
             budget: Mutex::new(Budget { used: 0, counted: vec![false; n] }),
             kept: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The index.
+    /// The index. Its chunks' `sequences` are empty when the file has more sequences than the reader
+    /// keeps entries for ([`SEQUENCE_TABLES_BUDGET`]): [`chunk_sequences`](Self::chunk_sequences) gives
+    /// them either way.
     pub fn index(&self) -> &CtfIndex {
         &self.index
+    }
+
+    /// Chunk `i`'s description with its sequences: as the index has it, or with its sequences found again
+    /// in the file's bytes (read into `buf` when the file is not mapped; see [`CtfReader`]).
+    fn chunk_desc(&self, i: usize) -> Result<ChunkDesc, Error> {
+        let desc =
+            self.index.chunks.get(i).ok_or_else(|| Error::chunk_out_of_range(i as u64, self.index.chunks.len()))?;
+        if !self.compact {
+            return Ok(desc.clone());
+        }
+        let mut buf = Vec::new();
+        let len = usize::try_from(desc.len_bytes).map_err(|_| Error::chunk_out_of_range(i as u64, 0))?;
+        let seqs = self.file.with_bytes(desc.offset, len, &mut buf, |bytes| self.sequences_in(bytes, desc))??;
+        Ok(ChunkDesc { sequences: seqs, ..desc.clone() })
+    }
+
+    /// The sequences of chunk `desc`, found in its `bytes` (see [`index::chunk_sequences`]).
+    fn sequences_in(&self, bytes: &[u8], desc: &ChunkDesc) -> Result<Vec<SequenceDesc>, Error> {
+        index::chunk_sequences(bytes, desc, self.index.mode, self.main_alias.as_deref(), self.file.len())
+            .map_err(|e| locate_index_error(e, &self.file))
+    }
+
+    /// The sequences of chunk `i`, as the index found them.
+    pub fn chunk_sequences(&self, i: usize) -> Result<Vec<SequenceDesc>, Error> {
+        self.chunk_desc(i).map(|d| d.sequences)
     }
     /// The schema.
     pub fn schema(&self) -> &Schema {
@@ -119,6 +199,7 @@ impl CtfReader {
             .get(i)
             .cloned()
             .ok_or_else(|| Error::chunk_out_of_range(i as u64, self.index.chunks.len()))?;
+        let compact = self.compact;
         let policy = ParsePolicy {
             stop_after: usize::try_from(self.options.max_errors).unwrap_or(usize::MAX).saturating_add(1),
             keep: 1000,
@@ -130,10 +211,21 @@ impl CtfReader {
         thread_local! {
             static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        let p = READ_BUFFER.with(|b| {
+        let (p, desc) = READ_BUFFER.with(|b| {
             let mut buf = b.take();
-            let r =
-                parse_chunk(&self.file, &self.parser, desc.clone(), policy, &mut buf, ChunkData::new(self.schema()));
+            let data = ChunkData::new(self.schema());
+            let r = if compact {
+                // The chunk's sequences found in the bytes the parser reads.
+                let path = self.file.path().display().to_string();
+                usize::try_from(desc.len_bytes).map_err(|_| Error::chunk_out_of_range(i as u64, 0)).and_then(|len| {
+                    self.file.with_bytes(desc.offset, len, &mut buf, |bytes| {
+                        let desc = ChunkDesc { sequences: self.sequences_in(bytes, &desc)?, ..desc.clone() };
+                        Ok((parse_chunk_bytes(bytes, &path, &self.parser, desc.clone(), policy, data), desc))
+                    })?
+                })
+            } else {
+                parse_chunk(&self.file, &self.parser, desc.clone(), policy, &mut buf, data).map(|p| (p, desc))
+            };
             b.replace(buf);
             r
         })?;
@@ -197,12 +289,17 @@ impl SequenceSource for CtfReader {
         &self.chunk_infos
     }
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
+        let info = |s: &SequenceDesc| SequenceInfo { num_samples: s.num_samples, key: s.key };
+        if self.compact {
+            out.extend(self.chunk_desc(chunk as usize)?.sequences.iter().map(info));
+            return Ok(());
+        }
         let c = self
             .index
             .chunks
             .get(chunk as usize)
             .ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.index.chunks.len()))?;
-        out.extend(c.sequences.iter().map(|s| SequenceInfo { num_samples: s.num_samples, key: s.key }));
+        out.extend(c.sequences.iter().map(info));
         Ok(())
     }
 }
@@ -275,4 +372,142 @@ pub fn locate_index_error(mut e: Error, file: &InputFile) -> Error {
     }
     e.position_mut().path = Some(path);
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::randomize::Window;
+    use crate::source::{MinibatchConfig, MinibatchSource, RunLength};
+    use crate::{StorageFormat, StreamSpec};
+    use proptest::prelude::*;
+
+    /// Rows of a CTF file in id mode (`ids`) or line mode, with comments, blank lines and errors.
+    fn text(rows: &[(u8, u8)], ids: bool, final_newline: bool) -> String {
+        let mut t = String::new();
+        let mut id = 0u64;
+        for &(next, kind) in rows {
+            if ids {
+                id += u64::from(next % 3 == 0);
+                t += &format!("{id} ");
+            }
+            t += match kind % 8 {
+                0 => "|a 1 2 |b 3:1",
+                1 => "|a 3 4",
+                2 => "|b 0:1 |# comment",
+                3 => "|a 5 x |b 1:1",
+                4 => "|# only a comment",
+                5 => "|a 1 2 |b 9:1",
+                6 => "|c 7 |a 1 2 |b 2:2",
+                _ => "|a 0 0 |b 0:0",
+            };
+            t.push('\n');
+            if kind % 11 == 10 {
+                t.push('\n');
+            }
+        }
+        if !final_newline {
+            t.pop();
+        }
+        t
+    }
+
+    /// A chunk of several scan blocks, in id mode with sequences across the blocks' boundaries: found again
+    /// as the index found it.
+    #[test]
+    fn sequences_of_a_chunk_larger_than_a_scan_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.ctf");
+        let mut t = String::new();
+        for i in 0..1_000_000u64 {
+            t += &format!("{} |a {} 2 |b 1:1\n", i / 7, i % 10);
+        }
+        assert!(t.len() > 2 * index::SCAN_BLOCK);
+        std::fs::write(&path, &t).unwrap();
+        let schema = Schema::new(vec![
+            StreamSpec::new("a", 2, StorageFormat::Dense).defines_mb_size(true),
+            StreamSpec::new("b", 4, StorageFormat::Sparse),
+        ])
+        .unwrap();
+        let opts = CtfOptions { chunk_size: 64 << 20, ..CtfOptions::default() };
+        let open = |budget| CtfReader::open_with_budget(&path, &schema, &opts, Access::Mmap, 2, budget).unwrap();
+        let (full, compact) = (open(usize::MAX), open(0));
+        assert_eq!(full.index().chunks.len(), 1);
+        assert!(compact.compact && compact.index().chunks[0].sequences.is_empty());
+        assert_eq!(compact.chunk_sequences(0).unwrap(), full.index().chunks[0].sequences);
+        assert_eq!(compact.load_chunk(0).unwrap(), full.load_chunk(0).unwrap());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// A reader that keeps no per-sequence entries finds every chunk's sequences again exactly as the
+        /// index did, loads the same chunks, and gives the same randomized minibatches.
+        #[test]
+        fn a_reader_without_sequence_tables_reads_as_one_with_them(
+            rows in proptest::collection::vec((any::<u8>(), any::<u8>()), 1..150),
+            ids: bool,
+            main: bool,
+            final_newline: bool,
+            chunk_size in 16u64..400,
+            seed in 0u64..4,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f.ctf");
+            std::fs::write(&path, text(&rows, ids, final_newline)).unwrap();
+            let schema = Schema::new(vec![
+                StreamSpec::new("a", 2, StorageFormat::Dense).defines_mb_size(main),
+                StreamSpec::new("b", 4, StorageFormat::Sparse),
+            ])
+            .unwrap();
+            let opts = CtfOptions { chunk_size, max_errors: 1000, ..CtfOptions::default() };
+            let open = |budget| CtfReader::open_with_budget(&path, &schema, &opts, Access::Read, 1, budget);
+            let (full, compact) = match (open(usize::MAX), open(0)) {
+                (Ok(f), Ok(c)) => (f, c),
+                (Err(a), Err(b)) => {
+                    prop_assert_eq!(a.to_string(), b.to_string());
+                    return Ok(());
+                }
+                (a, b) => panic!("one opened, the other did not: {:?} / {:?}", a.err(), b.err()),
+            };
+            prop_assert!(!full.compact);
+            prop_assert!(compact.compact || full.index().chunks.iter().all(|c| c.sequences.is_empty()));
+            prop_assert_eq!(full.chunks(), compact.chunks());
+            for i in 0..full.index().chunks.len() {
+                prop_assert_eq!(&compact.chunk_sequences(i).unwrap(), &full.index().chunks[i].sequences);
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                full.sequences(i as u32, &mut a).unwrap();
+                compact.sequences(i as u32, &mut b).unwrap();
+                prop_assert_eq!(a, b);
+                match (full.load_chunk(i), compact.load_chunk(i)) {
+                    (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                    (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                    (a, b) => panic!("chunk {i}: {:?} / {:?}", a.map(|_| ()), b.map(|_| ())),
+                }
+            }
+            let batches = |r: CtfReader| {
+                let config = MinibatchConfig {
+                    randomize: true,
+                    window: Window::Chunks(2),
+                    seed,
+                    run_length: RunLength::Sweeps(2),
+                    ..MinibatchConfig::default()
+                };
+                let mut src = MinibatchSource::new(Arc::new(r), config).unwrap();
+                let mut out = Vec::new();
+                loop {
+                    match src.next_minibatch(5) {
+                        Ok(Some(b)) => out.push(format!("{:?}", b.data)),
+                        Ok(None) => return out,
+                        Err(e) => {
+                            out.push(e.to_string());
+                            return out;
+                        }
+                    }
+                }
+            };
+            // Fresh readers: the maxErrors budget counts each chunk once per reader.
+            let (full, compact) = (open(usize::MAX).unwrap(), open(0).unwrap());
+            prop_assert_eq!(batches(full), batches(compact));
+        }
+    }
 }
