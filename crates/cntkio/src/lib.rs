@@ -8,6 +8,7 @@ pub use cntkio_core::{
 };
 
 pub mod cbf;
+pub mod compress;
 pub mod config;
 pub mod convert;
 pub mod inspect;
@@ -24,6 +25,7 @@ pub mod input;
 mod mmap;
 mod output;
 
+pub use compress::Compression;
 pub use ctf::{CtfIndex, CtfReader};
 pub use input::{Access, InputFile};
 

@@ -6,7 +6,6 @@ use super::SourceChunk;
 use crate::cbf::{CbfFile, CbfOptions};
 use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
 use crate::{ChunkData, CtfReader, Error, ErrorKind, StreamSpec};
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -110,15 +109,17 @@ impl CbfSource {
     /// Wraps an open file, reading its meta counts.
     pub fn new(file: CbfFile) -> Result<CbfSource, Error> {
         let p = file.path().display().to_string();
-        let io = |e: std::io::Error| Error::io(format!("read meta counts of {p}"), e).with_path(p.clone());
-        let mut f = std::fs::File::open(file.path()).map_err(io)?;
         let mut meta = Vec::with_capacity(file.header().num_sequences() as usize);
         let mut meta_offsets = vec![0];
         let mut buf = Vec::new();
         for e in file.chunks() {
-            buf.resize(4 * e.num_sequences as usize, 0);
-            f.seek(SeekFrom::Start(e.offset)).map_err(io)?;
-            f.read_exact(&mut buf).map_err(io)?;
+            file.input().read_into(e.offset, 4 * e.num_sequences as usize, &mut buf).map_err(|e| {
+                if e.position().path.is_none() {
+                    e.with_path(p.clone())
+                } else {
+                    e
+                }
+            })?;
             meta.extend(buf.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
             meta_offsets.push(meta.len());
         }
