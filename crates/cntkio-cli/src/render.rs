@@ -2,7 +2,6 @@
 //! the bad bytes underlined, and a `help:` line.
 
 use cntkio::Error;
-use std::io::{Read, Seek, SeekFrom};
 
 /// How many bytes of a line are shown at most.
 const SHOWN: usize = 100;
@@ -31,10 +30,10 @@ pub fn snippet(e: &Error) -> Option<String> {
     // Show a window of the line around the column.
     let rel = (col - 1) as usize;
     let from = rel.saturating_sub(SHOWN / 2);
-    let mut f = std::fs::File::open(path).ok()?;
-    f.seek(SeekFrom::Start(line_start + from as u64)).ok()?;
+    // Through the decompressed view for a compressed file (positions are those of the decompressed data).
+    let f = cntkio::InputFile::open(std::path::Path::new(path), cntkio::Access::Read).ok()?;
     let mut buf = vec![0u8; SHOWN * 2];
-    let n = f.read(&mut buf).ok()?;
+    let n = f.read_some(line_start + from as u64, &mut buf).ok()?;
     buf.truncate(n);
     let nl = buf.iter().position(|&c| c == b'\n');
     let end = nl.unwrap_or(buf.len()).min(SHOWN);

@@ -320,6 +320,18 @@ pub enum ErrorKind {
         problem: String,
     },
 
+    // ---- Compressed input -------------------------------------------------------------------
+    /// A gzip or zstd file's compressed data is damaged or ends early, or a size it declares is impossible.
+    #[error("invalid {format} data{}: {problem}", .offset.map(|o| format!(" at byte {o} of the compressed file")).unwrap_or_default())]
+    CompressedData {
+        /// The compression: `gzip`, `BGZF`, `zstd`, `seekable zstd`.
+        format: String,
+        /// Offset in the compressed file of the damaged block or frame, where it is known.
+        offset: Option<u64>,
+        /// What is wrong, in words.
+        problem: String,
+    },
+
     // ---- Data (found while opening, randomizing or packing the input) ---------------------
     /// Data delivered by a deserializer has no chunks, samples or sequences.
     #[error("the data has no {missing}")]
@@ -538,6 +550,7 @@ impl ErrorKind {
             ChunkErrors { .. } => ("E0031", "ChunkErrors"),
             MissingInput { .. } => ("E0032", "MissingInput"),
             CbfFormat { .. } => ("E0100", "CbfFormat"),
+            CompressedData { .. } => ("E0101", "CompressedData"),
             NoStreams => ("E1001", "NoStreams"),
             InvalidStream { .. } => ("E1002", "InvalidStream"),
             DuplicateAlias { .. } => ("E1003", "DuplicateAlias"),
@@ -665,6 +678,10 @@ impl Error {
             problem: problem.into(),
         };
         Error::at(kind, offset)
+    }
+    /// Damaged compressed data (see [`ErrorKind::CompressedData`]).
+    pub fn compressed(format: impl Into<String>, offset: Option<u64>, problem: impl Into<String>) -> Error {
+        Error::new(ErrorKind::CompressedData { format: format.into(), offset, problem: problem.into() })
     }
     /// A bug in cntkio: an invariant of its own that does not hold.
     pub fn internal(problem: impl Into<String>) -> Error {

@@ -1,5 +1,7 @@
-//! Input files: positional reads by default, a memory map on request.
+//! Input files: positional reads by default, a memory map on request; gzip and zstd files through a
+//! decompressed view (see [`crate::compress`]).
 
+use crate::compress::{Compression, Decompressed};
 use crate::Error;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -58,6 +60,7 @@ pub struct InputFile {
     modified: Option<SystemTime>,
     identity: FileIdentity,
     map: Option<memmap2::Mmap>,
+    compressed: Option<Decompressed>,
 }
 
 impl InputFile {
@@ -73,7 +76,22 @@ impl InputFile {
             ));
         }
         let len = meta.len();
+        // Compression is told by the first bytes of regular files (other files cannot be read at an offset).
+        let compressed = if meta.is_file() && len >= 4 {
+            let mut head = [0u8; 4];
+            read_exact_at(&file, &mut head, 0).map_err(|e| Error::io(format!("cannot read {shown}"), e))?;
+            match crate::compress::detect(&head) {
+                Some(codec) => Some(Decompressed::open(&file, len, codec, path)?),
+                None => None,
+            }
+        } else {
+            None
+        };
+        if compressed.is_some() && access == Access::Mmap {
+            log::debug!("{shown} is compressed: reading it instead of mapping it");
+        }
         let map = match access {
+            _ if compressed.is_some() => None,
             Access::Mmap if len > 0 && meta.is_file() => {
                 Some(crate::mmap::map_readonly(&file).map_err(|e| Error::io(format!("cannot map {shown}"), e))?)
             }
@@ -87,20 +105,37 @@ impl InputFile {
             Access::Read | Access::Mmap | Access::Auto => None,
         };
         let identity = FileIdentity::of(&meta);
-        Ok(InputFile { path: path.to_path_buf(), file, len, modified: meta.modified().ok(), identity, map })
+        Ok(InputFile { path: path.to_path_buf(), file, len, modified: meta.modified().ok(), identity, map, compressed })
     }
 
     /// The path, as given.
     pub fn path(&self) -> &Path {
         &self.path
     }
-    /// Length in bytes at open time.
+    /// Length in bytes at open time; for a compressed file, the decompressed length (for a gzip stream,
+    /// known once it has been decompressed to its end, which this waits for).
     pub fn len(&self) -> u64 {
+        match &self.compressed {
+            Some(c) => c.len(),
+            None => self.len,
+        }
+    }
+    /// True for an empty file (for a compressed file: empty once decompressed).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The length of the file on disk (the compressed length of a compressed file).
+    pub fn stored_len(&self) -> u64 {
         self.len
     }
-    /// True for an empty file.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+    /// How the file is compressed, if it is.
+    pub fn compression(&self) -> Option<Compression> {
+        self.compressed.as_ref().map(Decompressed::compression)
+    }
+    /// False for a compressed file whose byte ranges cannot be decompressed on their own (plain gzip,
+    /// zstd frames without declared sizes): its data is decompressed once into a temporary file.
+    pub fn is_direct(&self) -> bool {
+        self.compressed.as_ref().is_none_or(Decompressed::is_direct)
     }
     /// Modification time at open time.
     pub fn modified(&self) -> Option<SystemTime> {
@@ -139,6 +174,12 @@ impl InputFile {
         } else {
             buf.resize(len, 0);
         }
+        if self.compressed.is_some() {
+            return match self.read_some(offset, buf)? {
+                n if n == len => Ok(()),
+                _ => Err(self.short_read(offset, len)),
+            };
+        }
         read_exact_at(&self.file, buf, offset).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 self.short_read(offset, len)
@@ -150,6 +191,14 @@ impl InputFile {
 
     /// The error for `len` bytes at `offset` that the file no longer has.
     pub(crate) fn short_read(&self, offset: u64, len: usize) -> Error {
+        if let Some(c) = self.compression() {
+            return Error::compressed(
+                c.name(),
+                None,
+                format!("the data ends before the {len} bytes at decompressed byte {offset}"),
+            )
+            .with_path(self.path.display().to_string());
+        }
         Error::io(
             format!("cannot read {} bytes at byte {offset} of {}", len, self.path.display()),
             std::io::Error::new(std::io::ErrorKind::UnexpectedEof, SHORTER),
@@ -178,6 +227,40 @@ impl InputFile {
         Ok(f(buf))
     }
 
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    pub fn read_exact(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        if let Some(m) = &self.map {
+            let r = usize::try_from(offset).ok().and_then(|a| m.get(a..a.checked_add(buf.len())?));
+            return match r {
+                Some(s) => {
+                    buf.copy_from_slice(s);
+                    Ok(())
+                }
+                None => Err(self.short_read(offset, buf.len())),
+            };
+        }
+        if self.compressed.is_some() {
+            return match self.read_some(offset, buf)? {
+                n if n == buf.len() => Ok(()),
+                _ => Err(self.short_read(offset, buf.len())),
+            };
+        }
+        read_exact_at(&self.file, buf, offset).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                self.short_read(offset, buf.len())
+            } else {
+                Error::io(format!("cannot read {} at byte {offset}", self.path.display()), e)
+            }
+        })
+    }
+
+    /// Maps the pages of `[offset, offset + len)` of a mapped file ahead of reading them (a hint).
+    pub(crate) fn prefault(&self, offset: u64, len: usize) {
+        if let (Some(m), Ok(a)) = (&self.map, usize::try_from(offset)) {
+            crate::mmap::prefault(m, a, len);
+        }
+    }
+
     /// A streaming pass is done with `[offset, offset + len)`: takes its mapped pages out of the
     /// process's resident set (see `mmap::release`). Nothing happens for a file that is read, not mapped.
     pub(crate) fn release(&self, offset: u64, len: u64) {
@@ -193,6 +276,9 @@ impl InputFile {
             let n = buf.len().min(m.len() - a);
             buf[..n].copy_from_slice(&m[a..a + n]);
             return Ok(n);
+        }
+        if let Some(c) = &self.compressed {
+            return c.read_some(offset, buf);
         }
         let mut done = 0;
         while done < buf.len() {

@@ -8,6 +8,7 @@ pub use cntkio_core::{
 };
 
 pub mod cbf;
+pub mod compress;
 pub mod config;
 pub mod convert;
 pub mod inspect;
@@ -25,6 +26,7 @@ mod length_stats;
 mod mmap;
 mod output;
 
+pub use compress::Compression;
 pub use ctf::{CtfIndex, CtfReader};
 pub use input::{Access, InputFile};
 

@@ -75,7 +75,7 @@ impl Target {
 }
 
 /// Bytes free for an unprivileged user on the file system holding `file`.
-fn free_bytes(file: &File) -> Option<u64> {
+pub(crate) fn free_bytes(file: &File) -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
         let s = rustix::fs::fstatvfs(file).ok()?;

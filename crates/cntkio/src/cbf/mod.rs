@@ -31,16 +31,16 @@ pub use cntkio_core::cbf::{ChunkEntry, DecodeSummary, Header, Limits, StreamHead
 pub use delivery::Delivery;
 pub use writer::{CbfSummary, CbfWriter, CbfWriterOptions, Chunking, EmptyStreams, MetaCounts};
 
-use crate::mmap;
+use crate::input::{Access, InputFile};
 use cntkio_core::cbf::{self as codec, ChunkDecoder};
 use cntkio_core::{ChunkData, ElementType, Error, Schema};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// How a [`CbfFile`] is opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CbfOptions {
-    /// Read chunks through a read-only memory map instead of positional reads.
+    /// Read chunks through a read-only memory map instead of positional reads (a compressed file is
+    /// read, never mapped).
     ///
     /// By setting this you promise that the file is not modified or truncated while the [`CbfFile`]
     /// is alive (another process truncating it would crash this one with `SIGBUS`). Files written by
@@ -75,56 +75,19 @@ impl CbfOptions {
 /// An open CBF file: its validated header, and chunks read on demand.
 ///
 /// Chunk `k` of the file is chunk `k` of the reader; sequence keys are global sequence indices;
-/// [`ChunkData::num_samples`] holds the file's per-sequence meta counts (CBF.md §4).
+/// [`ChunkData::num_samples`] holds the file's per-sequence meta counts (CBF.md §4). A gzip or zstd
+/// compressed CBF file is read through its decompressed view (offsets are those of the decompressed file).
 #[derive(Debug)]
 pub struct CbfFile {
     path: PathBuf,
-    file: File,
-    map: Option<memmap2::Mmap>,
+    file: InputFile,
     header: Header,
-}
-
-fn io_err(op: &str, path: &Path, e: std::io::Error) -> Error {
-    // Every read is within the length the file had when it was opened: one that ends early means the file
-    // shrank meanwhile (std's own message, "failed to fill whole buffer", does not say so).
-    let e = match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => std::io::Error::new(e.kind(), crate::input::SHORTER),
-        _ => e,
-    };
-    Error::io(format!("{op} {}", path.display()), e).with_path(path.display().to_string())
 }
 
 /// A chunk range outside the map: the header's ranges were checked against the length the file was
 /// mapped with, so this is a bug.
 fn outside_map(k: usize, r: &std::ops::Range<u64>) -> Error {
     Error::internal(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
-}
-
-/// Reads exactly `buf.len()` bytes at `offset` without moving a shared cursor.
-fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
-    }
-    #[cfg(windows)]
-    {
-        let mut done = 0;
-        while done < buf.len() {
-            let n = std::os::windows::fs::FileExt::seek_read(file, &mut buf[done..], offset + done as u64)?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            done += n;
-        }
-        Ok(())
-    }
-    #[cfg(not(any(unix, windows)))]
-    {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f = file;
-        f.seek(SeekFrom::Start(offset))?;
-        f.read_exact(buf)
-    }
 }
 
 impl CbfFile {
@@ -139,8 +102,11 @@ impl CbfFile {
     pub fn open_with(path: impl AsRef<Path>, options: &CbfOptions) -> Result<CbfFile, Error> {
         let path = path.as_ref();
         let p = path.display().to_string();
-        let file = File::open(path).map_err(|e| io_err("open", path, e))?;
-        let len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
+        let with_path = |e: Error| if e.position().path.is_none() { e.with_path(p.clone()) } else { e };
+        let access = if options.mmap { Access::Mmap } else { Access::Read };
+        let file = InputFile::open(path, access).map_err(with_path)?;
+        let len = file.len();
+        let mut buf = Vec::new();
         let header = (|| {
             if len < codec::MIN_FILE_LEN {
                 return Err(Error::cbf_value(
@@ -151,33 +117,20 @@ impl CbfFile {
                     format!("the file has {len} bytes; a CBF file has at least {}", codec::MIN_FILE_LEN),
                 ));
             }
-            let mut prefix = [0u8; 12];
-            read_at(&file, &mut prefix, 0).map_err(|e| io_err("read", path, e))?;
-            codec::check_prefix(prefix)?;
-            let mut trailer = [0u8; 8];
-            read_at(&file, &mut trailer, len - codec::TRAILER_LEN).map_err(|e| io_err("read", path, e))?;
-            let header_offset = codec::read_trailer(trailer);
+            file.read_into(0, 12, &mut buf)?;
+            codec::check_prefix(buf[..12].try_into().expect("12 bytes"))?;
+            file.read_into(len - codec::TRAILER_LEN, 8, &mut buf)?;
+            let header_offset = codec::read_trailer(buf[..8].try_into().expect("8 bytes"));
             let range = Header::byte_range(header_offset, len, &options.limits)?;
-            let mut buf = vec![0u8; (range.end - range.start) as usize];
-            read_at(&file, &mut buf, range.start).map_err(|e| io_err("read", path, e))?;
+            file.read_into(range.start, (range.end - range.start) as usize, &mut buf)?;
             let mut header = Header::parse(&buf, header_offset, len, &options.limits)?;
             for (from, to) in header.rename(&options.renames)? {
                 log::warn!("{p}: rename of stream \"{from}\" to \"{to}\" ignored: the file has no stream \"{from}\"");
             }
             Ok(header)
         })()
-        .map_err(|e: Error| if e.position().path.is_none() { e.with_path(p.clone()) } else { e })?;
-        let map = if options.mmap {
-            let m = mmap::map_readonly(&file).map_err(|e| io_err("map", path, e))?;
-            if m.len() as u64 != len {
-                let changed = std::io::Error::other("the file changed size while it was being opened");
-                return Err(io_err("map", path, changed));
-            }
-            Some(m)
-        } else {
-            None
-        };
-        Ok(CbfFile { path: path.to_path_buf(), file, map, header })
+        .map_err(with_path)?;
+        Ok(CbfFile { path: path.to_path_buf(), file, header })
     }
 
     /// The path given to `open`.
@@ -206,7 +159,11 @@ impl CbfFile {
     }
     /// Whether chunks are read through a memory map.
     pub fn is_mapped(&self) -> bool {
-        self.map.is_some()
+        self.file.is_mapped()
+    }
+    /// The input file (its compression, for one).
+    pub fn input(&self) -> &InputFile {
+        &self.file
     }
     /// CNTK's rule that every stream's element type equals the reader precision (CBF.md §3).
     pub fn check_precision(&self, precision: ElementType) -> Result<(), Error> {
@@ -235,15 +192,13 @@ impl CbfFile {
         let p = || self.path.display().to_string();
         let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(p()))?;
         let r = dec.byte_range();
-        match &self.map {
+        match self.file.mapped() {
             Some(m) => {
-                crate::mmap::prefault(m, r.start as usize, (r.end - r.start) as usize);
+                self.file.prefault(r.start, (r.end - r.start) as usize);
                 m.get(r.start as usize..r.end as usize).ok_or_else(|| outside_map(k, &r).with_path(p()))
             }
             None => {
-                buf.clear();
-                buf.resize((r.end - r.start) as usize, 0);
-                read_at(&self.file, buf, r.start).map_err(|e| io_err("read", &self.path, e))?;
+                self.file.read_into(r.start, (r.end - r.start) as usize, buf).map_err(|e| self.at_path(e))?;
                 Ok(&buf[..])
             }
         }
@@ -267,18 +222,13 @@ impl CbfFile {
                 Error::cbf_value("meta counts", r.start, Some(need), 0..=r.end - r.start, problem).with_path(p())
             );
         }
-        let mut read =
-            |bytes: &[u8]| out.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
-        let (a, n) = (r.start as usize, need as usize);
-        match &self.map {
-            Some(m) => read(m.get(a..a + n).ok_or_else(|| outside_map(k, &r).with_path(p()))?),
-            None => {
-                let mut buf = vec![0u8; n];
-                read_at(&self.file, &mut buf, r.start).map_err(|e| io_err("read", &self.path, e))?;
-                read(&buf);
-            }
-        }
-        Ok(())
+        let mut buf = Vec::new();
+        let with_path = |e: Error| if e.position().path.is_none() { e.with_path(p()) } else { e };
+        self.file
+            .with_bytes(r.start, need as usize, &mut buf, |bytes| {
+                out.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            })
+            .map_err(with_path)
     }
 
     /// The size in bytes of chunk `k`'s byte range (what [`CbfFile::chunk_bytes`] returns). Errors: no such
@@ -299,20 +249,29 @@ impl CbfFile {
         if dst.len() as u64 != r.end - r.start {
             return Err(Error::option("dst", format!("chunk {k} has {} bytes, not {}", r.end - r.start, dst.len())));
         }
-        match &self.map {
+        match self.file.mapped() {
             Some(m) => {
                 let src = m.get(r.start as usize..r.end as usize).ok_or_else(|| outside_map(k, &r))?;
                 dst.copy_from_slice(src);
                 Ok(())
             }
-            None => read_at(&self.file, dst, r.start).map_err(|e| io_err("read", &self.path, e)),
+            None => self.file.read_exact(r.start, dst).map_err(|e| self.at_path(e)),
         }
     }
 
     /// The whole file as mapped bytes, when it is mapped (for readers that locate records themselves,
     /// e.g. in the ranges [`CbfFile::chunk_bytes`] validated).
     pub fn mapped_bytes(&self) -> Option<&[u8]> {
-        self.map.as_deref()
+        self.file.mapped()
+    }
+
+    /// `e` with this file's path, unless it has one.
+    fn at_path(&self, e: Error) -> Error {
+        if e.position().path.is_none() {
+            e.with_path(self.path.display().to_string())
+        } else {
+            e
+        }
     }
 
     /// Reads chunk `k` into `out`, using `buf` for the raw bytes when the file is not mapped (both keep
@@ -321,7 +280,7 @@ impl CbfFile {
         let p = || self.path.display().to_string();
         let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(p()))?;
         let r = dec.byte_range();
-        let res = match &self.map {
+        let res = match self.file.mapped() {
             Some(m) => {
                 // No prefault here: the decoder reads the bytes once, in order, and faults (with the
                 // kernel's fault-around) cost no more than populating; on later passes the pages are
@@ -330,14 +289,7 @@ impl CbfFile {
                 dec.decode_into(bytes, out)
             }
             None => {
-                // Only the growth is zero-filled: the bytes are overwritten by the read anyway.
-                let len = (r.end - r.start) as usize;
-                if buf.len() > len {
-                    buf.truncate(len);
-                } else {
-                    buf.resize(len, 0);
-                }
-                read_at(&self.file, buf, r.start).map_err(|e| io_err("read", &self.path, e))?;
+                self.file.read_into(r.start, (r.end - r.start) as usize, buf).map_err(|e| self.at_path(e))?;
                 dec.decode_into(buf, out)
             }
         };

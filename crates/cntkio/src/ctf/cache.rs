@@ -1,8 +1,10 @@
 //! The index cache (`cacheIndex`): cntkio's own file beside the input.
 //!
-//! **Format, version 2** (little-endian). Name: `<input>.cntkio-<hash>.idx`, `<hash>` = 8 hex digits of a
+//! **Format, version 3** (little-endian). Name: `<input>.cntkio-<hash>.idx`, `<hash>` = 8 hex digits of a
 //! CRC-32 of the options that shape the index (mode selection, main-stream alias). Content: magic
-//! `CNTKIOIX`, `u32` version = 2, `u64` input length, `i64` mtime seconds, `u32` mtime nanoseconds,
+//! `CNTKIOIX`, `u32` version = 3, `u64` input length (decompressed, for a compressed input), `u8`
+//! compression (0 none, 1 gzip, 2 BGZF, 3 zstd, 4 seekable zstd), `u64` length of the file on disk,
+//! `i64` mtime seconds, `u32` mtime nanoseconds,
 //! `i64` ctime seconds, `i64` ctime nanoseconds, `u64` inode, `u64` device (the change time cannot be set
 //! back, so a file rewritten with its length and modification time restored is still told apart; zeros where
 //! the system has none), `u32` CRC-32 of a content sample of the input (its first and last 64 KiB and 64 bytes at 62 evenly
@@ -24,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 const MAGIC: &[u8; 8] = b"CNTKIOIX";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const RECORD: usize = 32;
 
 /// The cache file used for `input` with these options.
@@ -60,6 +62,8 @@ fn header(file: &InputFile, cfg: &IndexConfig, mode: IndexMode, count: u64) -> R
     v.extend_from_slice(MAGIC);
     v.extend_from_slice(&VERSION.to_le_bytes());
     v.extend_from_slice(&file.len().to_le_bytes());
+    v.push(file.compression().map_or(0, |c| c.code()));
+    v.extend_from_slice(&file.stored_len().to_le_bytes());
     let (secs, nanos) = match file.modified().and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
         Some(d) => (d.as_secs() as i64, d.subsec_nanos()),
         None => (-1, 0),

@@ -1,0 +1,158 @@
+//! The commands on compressed input: randomized minibatches, dumps, validation and the index cache give
+//! what they give for the plain file; damaged compressed input exits 1 with E0101.
+
+#[path = "../../cntkio/tests/common/compress.rs"]
+mod compress;
+#[path = "../../cntkio/tests/common/testdata.rs"]
+mod testdata;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cntkio(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_cntkio")).args(args).output().expect("run cntkio");
+    (o.status.code().unwrap_or(-1), String::from_utf8(o.stdout).unwrap(), String::from_utf8(o.stderr).unwrap())
+}
+
+/// Writes every compressed form of `plain` into `dir`: (form, path).
+fn forms(dir: &Path, plain: &Path) -> Vec<(&'static str, PathBuf)> {
+    let data = std::fs::read(plain).unwrap();
+    let stem = plain.file_name().unwrap().to_string_lossy().to_string();
+    compress::compressed_forms(&data)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, bytes, _))| {
+            let p = dir.join(format!("{stem}.{i}"));
+            std::fs::write(&p, bytes).unwrap();
+            (name, p)
+        })
+        .collect()
+}
+
+const ATIS: [&str; 6] =
+    ["-s", "query:943:sparse:S0", "-s", "intentLabels:26:sparse:S1", "-s", "slotLabels:129:sparse:S2"];
+
+/// Randomized minibatches (chunks loaded in shuffled order, two sweeps, two seeds) of each compressed
+/// form equal those of the plain file, for CTF and CBF.
+#[test]
+fn randomized_minibatches_of_compressed_files_equal_the_plain_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctf = testdata::real_dir().join("atis/atis.train.ctf");
+    let cbf = testdata::real_dir().join("cbf/50x20_jagged_sequences_sparse.bin");
+    let mut ctf_args = vec!["batches", "--mb-size", "256", "--randomize", "--chunk-size", "8192", "--max-sweeps", "2"];
+    ctf_args.extend(ATIS);
+    let cbf_args = ["batches", "--mb-size", "7", "--randomize", "--max-sweeps", "2"];
+    for (plain, args) in [(&ctf, &ctf_args[..]), (&cbf, &cbf_args[..])] {
+        for seed in ["1", "7"] {
+            let run = |file: &Path| {
+                let mut a = args.to_vec();
+                a.extend(["--seed", seed, file.to_str().unwrap()]);
+                let (code, out, err) = cntkio(&a);
+                assert_eq!(code, 0, "{}: {err}", file.display());
+                out
+            };
+            let want = run(plain);
+            assert!(want.lines().count() > 10, "{want}");
+            for (name, path) in forms(dir.path(), plain) {
+                assert!(run(&path) == want, "{name} of {}, seed {seed}: the minibatches differ", plain.display());
+            }
+        }
+    }
+}
+
+/// `dump` and `validate` of compressed files print what they print for the plain file (less the path).
+#[test]
+fn dump_and_validate_read_compressed_files() {
+    let dir = tempfile::tempdir().unwrap();
+    for (plain, schema) in [
+        (testdata::real_dir().join("atis/atis.test.ctf"), &ATIS[..]),
+        (testdata::real_dir().join("cbf/10x10_dense.bin"), &[][..]),
+    ] {
+        let mut dump = vec!["dump"];
+        dump.extend(schema);
+        let mut validate = vec!["validate", "--json"];
+        validate.extend(schema);
+        let run = |args: &[&str], file: &Path| {
+            let mut a = args.to_vec();
+            a.push(file.to_str().unwrap());
+            let (code, out, err) = cntkio(&a);
+            assert_eq!(code, 0, "{args:?} {}: {err}", file.display());
+            out.replace(file.to_str().unwrap(), "FILE")
+        };
+        let (want_dump, want_validate) = (run(&dump, &plain), run(&validate, &plain));
+        for (name, path) in forms(dir.path(), &plain) {
+            assert!(run(&dump, &path) == want_dump, "dump of {name} of {}", plain.display());
+            assert_eq!(run(&validate, &path), want_validate, "validate of {name} of {}", plain.display());
+        }
+    }
+}
+
+/// The index cache of a compressed file is written beside it and reused; a cache made for the plain
+/// file is not taken for the compressed one's, though the decompressed bytes are the same.
+#[test]
+fn the_index_cache_tells_a_compressed_file_from_its_plain_twin() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("atis.ctf");
+    std::fs::copy(testdata::real_dir().join("atis/atis.test.ctf"), &plain).unwrap();
+    let zst = dir.path().join("atis.zst");
+    std::fs::write(&zst, compress::zstd_frames(&std::fs::read(&plain).unwrap(), 5000, true)).unwrap();
+    let batches = |file: &Path| {
+        let mut a = vec!["batches", "--mb-size", "64", "--randomize", "--cache-index", "--chunk-size", "4096"];
+        a.extend(ATIS);
+        a.push(file.to_str().unwrap());
+        let (code, out, err) = cntkio(&a);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let want = batches(&plain);
+    let caches = || {
+        let mut v: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".idx"))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(caches().len(), 1);
+    // The plain file's cache, copied to the compressed file's cache name, must be refused (rebuilt).
+    let plain_cache = dir.path().join(&caches()[0]);
+    let zst_cache = dir.path().join(caches()[0].replacen("atis.ctf", "atis.zst", 1));
+    std::fs::copy(&plain_cache, &zst_cache).unwrap();
+    assert_eq!(batches(&zst), want);
+    assert_ne!(std::fs::read(&zst_cache).unwrap(), std::fs::read(&plain_cache).unwrap(), "the cache was rebuilt");
+    let rebuilt = std::fs::read(&zst_cache).unwrap();
+    assert_eq!(batches(&zst), want, "from the compressed file's own cache");
+    assert_eq!(std::fs::read(&zst_cache).unwrap(), rebuilt, "the cache was reused");
+}
+
+/// Truncated and damaged compressed input: exit 1, E0101, no panic, for every command that reads data.
+#[test]
+fn damaged_compressed_input_exits_1_with_a_compressed_data_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = testdata::real_dir().join("atis/atis.test.ctf");
+    for (name, path) in forms(dir.path(), &plain) {
+        let bytes = std::fs::read(&path).unwrap();
+        let mut flipped = bytes.clone();
+        flipped[bytes.len() / 2] ^= 0x55;
+        for (how, bad) in [("truncated", bytes[..bytes.len() * 2 / 3].to_vec()), ("damaged", flipped)] {
+            std::fs::write(&path, &bad).unwrap();
+            let p = path.to_str().unwrap();
+            let mut runs: Vec<Vec<&str>> = vec![vec!["validate", p], vec!["inspect", p]];
+            for cmd in ["dump", "validate", "bench"] {
+                let mut a = vec![cmd, p];
+                a.extend(ATIS);
+                runs.push(a);
+            }
+            let mut b = vec!["batches", p, "--mb-size", "64", "--randomize", "--chunk-size", "4096"];
+            b.extend(ATIS);
+            runs.push(b);
+            for a in runs {
+                let (code, _, err) = cntkio(&a);
+                assert!(!err.contains("panicked"), "{how} {name}, {a:?}: {err}");
+                assert_eq!(code, 1, "{how} {name}, {a:?}: {err}");
+                assert!(err.contains("E0101"), "{how} {name}, {a:?}: {err}");
+            }
+        }
+    }
+}
