@@ -317,8 +317,8 @@ pub fn check_chunk_fast(data: &ChunkData) -> bool {
 }
 
 /// [`check_chunk_fast`] for data the CTF parser made, whose sparse indices it compared with the stream's
-/// dimension as it read them: the pass over every index is left out (on a 1 GB sparse conversion, 3–4 %
-/// of the time, on the thread that hands chunks to the writer).
+/// dimension as it read them: the pass over every index is left out (it would run on the thread that hands
+/// chunks to the writer, which a conversion keeps busy).
 pub fn check_parsed_chunk_fast(data: &ChunkData) -> bool {
     let ok = check_chunk(data, false);
     debug_assert!(!ok || check_chunk(data, true), "parsed data with a sparse index out of range");
