@@ -2,11 +2,12 @@
 
 use super::sink::{Records, Segment, Sink};
 use crate::output::Target;
-use cntkio_core::cbf::{
-    check_chunk_fast, check_parsed_chunk_fast, check_sequence, encode_checked_record_to, encode_checked_records_to,
-};
+use cntkio_core::cbf::check_sequence;
 use cntkio_core::cbf::{encode_header, encode_prefix};
 use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
+use cntkio_core::internal::{
+    check_chunk_fast, check_parsed_chunk_fast, encode_checked_record_to, encode_checked_records_to,
+};
 use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::ops::Range;
