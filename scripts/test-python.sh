@@ -10,8 +10,7 @@
 #
 # The first build compiles the extension and the `cntkio` command in release mode: about 4–5 minutes on 2
 # cores (later builds reuse target/). PyTorch (the `torch` extra) comes from PyPI with its CUDA libraries:
-# about 2.8 GB, measured at ~65 s to download and ~90 s to install on the CI machine (once per venv; pip's
-# cache keeps the wheels).
+# about 2.8 GB to download and install, once per venv (pip's cache keeps the wheels).
 # Python ≥ 3.9 and a Rust toolchain are needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Alternating rounds: each round converts once with every build or option given, in turn, so that all of
-# them see the same moments of a noisy machine; then the median (and quartiles) of each. Single runs on the
-# project's VM vary by up to 1.5x within minutes: compare builds only this way.
+# them see the same moments of a noisy machine; then the median (and quartiles) of each. Single runs on a
+# shared machine vary widely within minutes: compare builds only this way.
 # usage: [BENCH_DIR=dir] ab.sh ROUNDS dense|sparse "LABEL:ENV BIN THREADS [extra]" ...
 #   ENV is "-" or VAR=value[,VAR=value...] set for that build's runs.
 # example: tools/bench/ab.sh 10 sparse "new:- target/release/cntkio 2" "old:- /tmp/cntkio-old 2"

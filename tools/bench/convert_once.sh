@@ -18,7 +18,7 @@ out="$dir/$kind.cbf"
 rm -f "$out"
 # The input's pages in the page cache. How they got there matters: a file read from disk is cached in
 # large folios, which a mapped read maps a few at a time; a file just written (or partly evicted and read
-# back in pieces) can stay cached in 4 KiB pages, and mapping those costs about 0.1 s of CPU more per GB.
+# back in pieces) can stay cached in 4 KiB pages, and mapping those costs more CPU.
 # BENCH_CACHE=reread drops the file's pages first and reads it back in, for the state of a file read
 # from disk; the default keeps whatever is cached.
 if [ "${BENCH_CACHE:-keep}" = reread ]; then

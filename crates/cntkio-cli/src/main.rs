@@ -101,7 +101,7 @@ extern "C" fn on_interrupt(sig: libc::c_int, _info: *mut libc::siginfo_t, _conte
 }
 
 /// glibc's allocator maps each large buffer (a parsed chunk's arrays) afresh and unmaps it when freed,
-/// so every chunk pays for new zero-filled pages (page faults and clearing: 8–15 % of a sparse parse).
+/// so every chunk pays for new zero-filled pages (page faults and clearing, a large share of a sparse parse).
 /// Raising the thresholds lets freed buffers be reused by the next chunks; the peak memory is the same.
 fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -4,7 +4,7 @@
 //! `cargo bench -p cntkio-core --bench encode`.
 #![allow(missing_docs)] // criterion's macros generate undocumented functions
 
-use cntkio_core::cbf::{check_parsed_chunk_fast, encode_checked_records_to};
+use cntkio_core::internal::{check_parsed_chunk_fast, encode_checked_records_to};
 use cntkio_core::schema::{ElementType, StorageFormat};
 use cntkio_core::{ChunkData, Layout, StreamData, Values};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -60,7 +60,7 @@ impl fmt::Display for Position {
 }
 
 /// Shows a byte the way a person can read it.
-pub fn show_byte(b: Option<u8>) -> String {
+pub(crate) fn show_byte(b: Option<u8>) -> String {
     match b {
         None => "end of input".to_string(),
         Some(b'\n') => "end of line".to_string(),

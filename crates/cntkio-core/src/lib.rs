@@ -24,6 +24,20 @@ pub mod schema;
 #[cfg(test)]
 mod test_rng;
 
+/// Building blocks that the `cntkio` crate (and the fuzz targets) assemble in their own way: the pieces of the
+/// CTF index pass and the checks behind the CBF writer's fast paths. Not part of the API: they may change
+/// with any release.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::cbf::{
+        check_chunk_fast, check_parsed_chunk_fast, encode_checked_record_to, encode_checked_records_to,
+    };
+    pub use crate::ctf::index::{
+        bom_len, check_first_id, is_utf16_bom, select_mode, skip_space, BlockScan, Chunker, LocatedSequence,
+        RowScanner, Run, SequenceAssembler,
+    };
+}
+
 pub use data::{ChunkData, Layout, Sizes, StreamData, Values};
 pub use error::{Category, Error, ErrorKind, Position, WarningKind};
 pub use schema::{ElementType, Schema, StorageFormat, StreamSpec};

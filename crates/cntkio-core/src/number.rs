@@ -107,7 +107,7 @@ pub(crate) fn swar_value(word: u64, n: u32) -> u64 {
 /// A run of 1–7 digits at `start` (with 8 bytes readable): its value and end. Longer runs, and the end of
 /// the input, return `None` (the caller falls back to a byte loop). No overflow is possible.
 #[inline(always)]
-pub fn short_digit_run(s: &[u8], start: usize) -> Option<(u64, usize)> {
+pub(crate) fn short_digit_run(s: &[u8], start: usize) -> Option<(u64, usize)> {
     let w = s.get(start..start + 8)?;
     let word = u64::from_le_bytes(w.try_into().expect("8 bytes"));
     let n = leading_digits(word);
@@ -195,7 +195,7 @@ fn parse_short(s: &[u8], start: usize) -> Option<(f64, usize)> {
 /// [`parse_number`] without the one-digit test of the short path (whose branch mispredicts on values
 /// with random signs). For the structural fast paths, which nearly always have 18 bytes readable.
 #[inline(always)]
-pub fn parse_number_words(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
+pub(crate) fn parse_number_words(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
     match parse_words(s, start) {
         Some(r) => Ok(r),
         None => parse_number_general(s, start),
@@ -326,8 +326,8 @@ fn parse_number_general(s: &[u8], start: usize) -> Result<(f64, usize), NumberEr
 
 /// A direct, slow transcription of CNTK's state machine (every digit through a double), used to check
 /// [`parse_number`] in tests. Same contract.
-#[doc(hidden)]
-pub fn parse_number_reference(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
+#[cfg(test)]
+fn parse_number_reference(s: &[u8], start: usize) -> Result<(f64, usize), NumberError> {
     #[derive(PartialEq)]
     enum St {
         Init,

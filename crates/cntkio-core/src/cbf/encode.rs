@@ -156,7 +156,7 @@ pub fn encode_record(d: &StreamData, s: usize, out: &mut Vec<u8>) -> Result<(), 
 /// Writes sequence `s`'s record of a stream into `dst`, which must be exactly [`record_len`] bytes
 /// long: the same bytes as [`encode_record`], checked the same way. On error `dst`'s contents are
 /// unspecified.
-pub fn encode_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Result<(), Error> {
+pub(crate) fn encode_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Result<(), Error> {
     let len = record_len(d, s)?;
     if dst.len() as u64 != len {
         let kind = if matches!(d.layout, Layout::Dense) { "dense" } else { "sparse" };
@@ -188,6 +188,7 @@ fn check_sparse_entries(d: &StreamData, s: usize) -> Result<(), Error> {
 /// limits, decreasing offsets), which cost as much as the copy on short records; [`encode_record_to`] is
 /// those checks and then this. What is read is still
 /// looked up safely: data that break the promise get an error (or wrong bytes), never a panic.
+#[doc(hidden)]
 pub fn encode_checked_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Result<(), Error> {
     match encode_checked_records_to(d, s..s + 1, dst)? {
         (1, len) if len == dst.len() => Ok(()),
@@ -199,6 +200,7 @@ pub fn encode_checked_record_to(d: &StreamData, s: usize, dst: &mut [u8]) -> Res
 /// as many whole records as fit. Returns how many sequences were encoded and their bytes (none when the
 /// first record does not fit). The same bytes as one record at a time, without the per-record calls and
 /// length checks: a sparse gigabyte has millions of records of a hundred bytes or less.
+#[doc(hidden)]
 pub fn encode_checked_records_to(d: &StreamData, run: Range<usize>, dst: &mut [u8]) -> Result<(usize, usize), Error> {
     let seqs = d
         .sequence_offsets
@@ -312,13 +314,15 @@ pub fn check_sequence(data: &ChunkData, s: usize) -> Result<u64, Error> {
 /// Checks every sequence of `data` at once (one vectorizable pass per array, for the common case of
 /// valid data): `true` when each sequence passes [`check_sequence`]. `false` means some sequence may
 /// not; the caller then checks them one by one.
+#[doc(hidden)]
 pub fn check_chunk_fast(data: &ChunkData) -> bool {
     check_chunk(data, true)
 }
 
 /// [`check_chunk_fast`] for data the CTF parser made, whose sparse indices it compared with the stream's
-/// dimension as it read them: the pass over every index is left out (on a 1 GB sparse conversion, 3–4 %
-/// of the time, on the thread that hands chunks to the writer).
+/// dimension as it read them: the pass over every index is left out (it would run on the thread that hands
+/// chunks to the writer, which a conversion keeps busy).
+#[doc(hidden)]
 pub fn check_parsed_chunk_fast(data: &ChunkData) -> bool {
     let ok = check_chunk(data, false);
     debug_assert!(!ok || check_chunk(data, true), "parsed data with a sparse index out of range");

@@ -34,8 +34,8 @@ mod encode;
 pub use decode::{convert_element_type, ChunkDecoder, DecodeSummary};
 pub use encode::{
     check_chunk_fast, check_parsed_chunk_fast, check_sequence, encode_checked_record_to, encode_checked_records_to,
-    encode_chunk, encode_file, encode_header, encode_prefix, encode_record, encode_record_to, encode_trailer,
-    record_len, sequence_len_bytes,
+    encode_chunk, encode_file, encode_header, encode_prefix, encode_record, encode_trailer, record_len,
+    sequence_len_bytes,
 };
 
 use crate::data::ChunkData;

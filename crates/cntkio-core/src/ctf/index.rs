@@ -20,16 +20,19 @@ pub enum IndexMode {
 }
 
 /// Length of the UTF-8 BOM prefix CNTK skips: `EF BB BF` consumed byte by byte while they match.
+#[doc(hidden)]
 pub fn bom_len(start: &[u8]) -> usize {
     start.iter().zip([0xEFu8, 0xBB, 0xBF]).take_while(|(a, b)| *a == b).count()
 }
 
 /// True if the file starts with a UTF-16 LE BOM (fatal in CNTK).
+#[doc(hidden)]
 pub fn is_utf16_bom(start: &[u8]) -> bool {
     start.len() >= 2 && start[0] == 0xFF && start[1] == 0xFE
 }
 
 /// Skips C-locale whitespace; returns the bytes consumed and the `\n` among them.
+#[doc(hidden)]
 pub fn skip_space(s: &[u8]) -> (usize, u64) {
     let n = s.iter().position(|&c| !is_c_space(c)).unwrap_or(s.len());
     (n, memchr::memchr_iter(b'\n', &s[..n]).count() as u64)
@@ -37,6 +40,7 @@ pub fn skip_space(s: &[u8]) -> (usize, u64) {
 
 /// Chooses the mode from the first byte after the BOM and leading whitespace (CTF.md §2.1), or fails as
 /// CNTK does when an id is expected but absent.
+#[doc(hidden)]
 pub fn select_mode(first: u8, skip_sequence_ids: bool, offset: u64) -> Result<IndexMode, Error> {
     if skip_sequence_ids || first == b'|' {
         Ok(IndexMode::Lines)
@@ -49,6 +53,7 @@ pub fn select_mode(first: u8, skip_sequence_ids: bool, offset: u64) -> Result<In
 
 /// In id mode the first id must end before the end of the file (CNTK: "Expected a sequence id at the
 /// offset N, none was found" for a file that is only digits). `rest` is everything from the first id on.
+#[doc(hidden)]
 pub fn check_first_id(rest: &[u8], offset: u64) -> Result<(), Error> {
     if rest.iter().all(|c| c.is_ascii_digit()) {
         return Err(Error::at(ErrorKind::MissingSequenceId { found: None }, offset));
@@ -58,6 +63,7 @@ pub fn check_first_id(rest: &[u8], offset: u64) -> Result<(), Error> {
 
 /// What the indexer needs to know: mode and the alias of the `definesMBSize` stream.
 #[derive(Debug, Clone)]
+#[doc(hidden)]
 pub struct RowScanner {
     mode: IndexMode,
     main: Option<memmem::Finder<'static>>,
@@ -65,6 +71,7 @@ pub struct RowScanner {
 
 /// A run of rows inside one block (see [`BlockScan`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[doc(hidden)]
 pub struct Run {
     /// Absolute offset of the run's first row.
     pub offset: u64,
@@ -80,6 +87,7 @@ pub struct Run {
 
 /// The scan of one block.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[doc(hidden)]
 pub struct BlockScan {
     /// Counted rows before the first run (id mode: rows continuing the previous block's sequence).
     pub lead_count: u32,
@@ -193,6 +201,7 @@ impl RowScanner {
 
 /// Joins block scans into sequences (in file order).
 #[derive(Debug)]
+#[doc(hidden)]
 pub struct SequenceAssembler {
     mode: IndexMode,
     /// Line number (0-based) at the start of the next block.
@@ -202,6 +211,7 @@ pub struct SequenceAssembler {
 }
 
 /// A sequence and the 0-based line of its first row.
+#[doc(hidden)]
 pub type LocatedSequence = (SequenceDesc, u64);
 
 impl SequenceAssembler {
@@ -303,6 +313,7 @@ impl ChunkDesc {
 
 /// Groups sequences into chunks exactly as CNTK's `Index::AddSequence`.
 #[derive(Debug)]
+#[doc(hidden)]
 pub struct Chunker {
     max: u64,
     next_index: u64,

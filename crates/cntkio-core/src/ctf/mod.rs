@@ -9,13 +9,13 @@ pub mod write;
 
 /// CNTK's "non-printable" test on a signed x86 `char`: control bytes and every byte ≥ 0x80.
 #[inline(always)]
-pub fn is_non_printable(c: u8) -> bool {
+pub(crate) fn is_non_printable(c: u8) -> bool {
     !(0x20..0x80).contains(&c)
 }
 
 /// `isspace` of the C locale: space, `\t`, `\n`, `\v`, `\f`, `\r`.
 #[inline(always)]
-pub fn is_c_space(c: u8) -> bool {
+pub(crate) fn is_c_space(c: u8) -> bool {
     c == b' ' || (0x09..=0x0d).contains(&c)
 }
 
@@ -23,7 +23,7 @@ pub fn is_c_space(c: u8) -> bool {
 /// some 20-digit numbers wrap instead of failing, exactly as in CNTK. Returns the value and the end of
 /// the digit run, or `Err(position of the digit that overflowed)`.
 #[inline]
-pub fn cntk_u64(s: &[u8], start: usize) -> Result<(u64, usize), usize> {
+pub(crate) fn cntk_u64(s: &[u8], start: usize) -> Result<(u64, usize), usize> {
     let mut v: u64 = 0;
     let mut i = start;
     while let Some(&c) = s.get(i) {

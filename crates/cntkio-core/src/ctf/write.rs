@@ -45,16 +45,16 @@ use std::io::Write as _;
 /// A value that has no CTF text CNTK reads back as the same bits (a NaN other than the one `0e400`
 /// produces; in theory a finite value for which every candidate text failed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unrepresentable;
+pub(crate) struct Unrepresentable;
 
 /// Appends a text of `x` that CNTK's parser reads back as exactly `x` (for a `double` stream).
-pub fn format_f64(x: f64, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
+pub(crate) fn format_f64(x: f64, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
     format_with(x, &T64(x.abs()), |v| v.to_bits() == x.to_bits(), out)
 }
 
 /// Appends a text of `x` that CNTK's parser, followed by the conversion to `float`, reads back as
 /// exactly `x` (for a `float` stream).
-pub fn format_f32(x: f32, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
+pub(crate) fn format_f32(x: f32, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
     format_with(f64::from(x), &T32(x.abs()), |v| (v as f32).to_bits() == x.to_bits(), out)
 }
 

@@ -4,14 +4,13 @@
 //! threads write the full staging buffers at their offsets, with `O_DIRECT` on Linux where the file
 //! system allows it. With [`STAGES`] buffers on their way the disk is kept busy while the next one is
 //! filled (with one thread doing both, the disk waited during every copy), and with two writes in
-//! flight it has the next one while a finished write's thread waits for a core (on two busy cores the
-//! writer waited for the disk 28–153 ms of a 1 GB conversion, against 121–684 ms with one). The file's
+//! flight it has the next one while a finished write's thread waits for a core (on busy cores one write in
+//! flight leaves the disk idle whenever its thread is not scheduled). The file's
 //! blocks are allocated ahead of the writes, on a thread of their own (see `Allocator`).
 //!
 //! Why direct I/O: on many machines the cost of a large write is not the disk but the page cache, whose
 //! fresh pages the kernel must allocate and fill (and which a virtual machine may have to fault in from
-//! its host): writing 1 GB through the page cache took over a second of system time in measurements,
-//! against a twentieth of that with direct I/O from a reused buffer.
+//! its host), while a direct write from a reused buffer hands the device pages that already exist.
 //!
 //! Records instead of segments ([`Sink::pass_records`]): the writer may also hand over data whose records
 //! the background thread encodes itself, straight into the staging buffer, which saves a copy of every
@@ -57,10 +56,9 @@ pub(crate) const SMALL: usize = 64 << 10;
 /// anonymous map where the system gives one (else inside a vector).
 ///
 /// Why huge pages: a direct write hands the device the buffer's pages, and a device takes a limited number
-/// of separate pieces per request (`max_segments`, 254 on the virtio disk measured): 2 MiB of scattered 4 KiB
-/// pages went out as two or three requests (of about 1 MiB, 254 pages, and the rest), 2 MiB of one huge
-/// page as one. Pinning one page instead of 512 also costs the I/O threads less. A sparse 1 GB conversion: 0.77 s
-/// against 0.80 s (medians of 10 alternating runs), 0.72 against 0.84 in another window, 0.1 s less CPU.
+/// of separate pieces per request (`max_segments`, 254 on a typical virtio disk): 2 MiB of scattered 4 KiB
+/// pages go out as two or three requests, 2 MiB of one huge page as one. Pinning one page instead of 512
+/// also costs the I/O threads less.
 struct Buf {
     mem: BufMem,
     off: usize,
@@ -273,10 +271,10 @@ struct Files {
 /// Allocates the output's blocks ahead of the writes, on a thread of its own, [`ALLOCATE_STEP`] bytes at
 /// a time (`fallocate`, which also moves the file's size: the caller truncates it to the bytes
 /// written). Writes into allocated blocks within the file's size do not each extend the file, which
-/// costs a journaled size update per write: on ext4 a 1 GB direct write took up to 1.6× as long without
-/// this. The thread keeps [`ALLOCATE_AHEAD`] bytes allocated beyond the last write: a call takes 2–5 ms
-/// but sometimes 50–90 ms (waiting for the journal), which, made between two writes as it was before,
-/// left the disk without work for that long (150 ms of a 0.9 s conversion). Best effort: where the
+/// costs a journaled size update per write. The thread keeps [`ALLOCATE_AHEAD`] bytes allocated beyond
+/// the last write: a call usually takes a few milliseconds but sometimes waits tens of milliseconds for
+/// the file system's journal, and made between two writes it would leave the disk without work for that
+/// long. Best effort: where the
 /// system or the file system cannot, the writes extend the file as before. A write beyond the allocated
 /// blocks (the thread late) is correct too, only slower: the kernel orders the two on the file.
 struct Allocator {

@@ -2,11 +2,12 @@
 
 use super::sink::{Records, Segment, Sink};
 use crate::output::Target;
-use cntkio_core::cbf::{
-    check_chunk_fast, check_parsed_chunk_fast, check_sequence, encode_checked_record_to, encode_checked_records_to,
-};
+use cntkio_core::cbf::check_sequence;
 use cntkio_core::cbf::{encode_header, encode_prefix};
 use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
+use cntkio_core::internal::{
+    check_chunk_fast, check_parsed_chunk_fast, encode_checked_record_to, encode_checked_records_to,
+};
 use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::ops::Range;
@@ -132,7 +133,7 @@ pub struct CbfSummary {
 /// per-stream segments of the current chunk; nothing of the caller's data is kept. Data handed over with
 /// [`CbfWriter::write_owned`] are kept instead, and the records of their largest stream are encoded later
 /// by the background thread, straight into the buffers that go to the disk (one copy of those bytes
-/// instead of two: 8-12 % less time for a 1 GB conversion); the data then come back, cleared, through
+/// instead of two, on the largest share of the file's bytes); the data then come back, cleared, through
 /// [`CbfWriter::take_spare`]. When the chunk is complete its segments and records go, in file order, to
 /// the background thread, which writes them to the file (with direct I/O on Linux, bypassing the page
 /// cache, unless the file system refuses it or `CNTKIO_DIRECT_IO=0` is set) and frees them piece by
@@ -431,9 +432,9 @@ impl CbfWriter {
 
     /// [`CbfWriter::append`] for data that passed [`check_chunk_fast`], with exact chunking and declared
     /// meta counts: the sizes of all the sequences first, then each run of sequences that fits the current
-    /// chunk taken at once (what one sequence at a time does, without its per-sequence checks and calls:
-    /// 5-7 % of a sparse conversion's time). A sequence with an empty stream is refused or dropped as one
-    /// sequence at a time does it.
+    /// chunk taken at once (what one sequence at a time does, without its per-sequence checks and calls,
+    /// which weigh on sparse data's many short sequences). A sequence with an empty stream is refused or
+    /// dropped as one sequence at a time does it.
     fn append_checked(
         &mut self,
         data: &ChunkData,

@@ -19,8 +19,9 @@
 use super::index::{build_index, CtfIndex, IndexConfig};
 use crate::input::InputFile;
 use crate::Error;
-use cntkio_core::ctf::index::{Chunker, IndexMode};
+use cntkio_core::ctf::index::IndexMode;
 use cntkio_core::ctf::SequenceDesc;
+use cntkio_core::internal::Chunker;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
@@ -89,7 +90,11 @@ fn header(file: &InputFile, cfg: &IndexConfig, mode: IndexMode, count: u64) -> R
 }
 
 /// Loads the cached index if it is valid for `file` and `cfg`, else builds it and writes the cache.
-pub fn load_or_build(file: &InputFile, cfg: &IndexConfig, threads: usize) -> Result<Result<CtfIndex, Error>, Error> {
+pub(crate) fn load_or_build(
+    file: &InputFile,
+    cfg: &IndexConfig,
+    threads: usize,
+) -> Result<Result<CtfIndex, Error>, Error> {
     let path = cache_path(file.path(), cfg);
     match try_load(file, cfg, &path) {
         Ok(Some(index)) => {

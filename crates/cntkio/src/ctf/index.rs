@@ -3,11 +3,11 @@
 
 use crate::input::InputFile;
 use crate::Error;
-use cntkio_core::ctf::index::{
-    bom_len, check_first_id, is_utf16_bom, select_mode, skip_space, BlockScan, ChunkDesc, Chunker, IndexMode,
-    RowScanner, SequenceAssembler,
-};
+use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
 use cntkio_core::ctf::SequenceDesc;
+use cntkio_core::internal::{
+    bom_len, check_first_id, is_utf16_bom, select_mode, skip_space, BlockScan, Chunker, RowScanner, SequenceAssembler,
+};
 use cntkio_core::ErrorKind;
 use rayon::prelude::*;
 
@@ -177,7 +177,7 @@ pub fn index_streaming(
 /// mapped file; when `keep` is set, for a file read with positional reads too, the indexer then keeping
 /// the bytes of the chunk being gathered (up to a chunk and a scan window more in memory) so that they
 /// need not be read a second time.
-pub fn index_streaming_bytes(
+pub(crate) fn index_streaming_bytes(
     file: &InputFile,
     cfg: &IndexConfig,
     threads: usize,
@@ -197,7 +197,7 @@ pub fn index_streaming_bytes(
     let threads = threads.max(1);
     // Line mode without a definesMBSize stream: every row is a sequence of one sample, so one thread turns
     // rows into sequences directly (the block scans, runs and assembler serve id mode, the main-stream
-    // test and parallel scans; skipping them makes this index pass about 25 % faster).
+    // test and parallel scans, and are work this case does not need).
     let direct = threads == 1 && start.mode == IndexMode::Lines && cfg.main_alias.is_none();
     // Line mode: the 0-based line of the next row (its sequence key).
     let mut row_line = start.line;

@@ -9,11 +9,13 @@ pub mod scan;
 
 pub use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
 pub use cntkio_core::ctf::SequenceDesc;
-pub use index::{build_index, index_streaming, index_streaming_bytes, CtfIndex, IndexConfig};
+pub use index::{build_index, index_streaming, CtfIndex, IndexConfig};
 pub use infer::infer_schema;
 pub(crate) use infer::survey;
-pub use parse::{parse_chunk, parse_chunk_bytes, ParsePolicy, ParsedChunk};
-pub use scan::{scan_file, scan_file_owned, ScanOptions, ScanSummary};
+pub(crate) use parse::parse_chunk;
+pub use parse::{ParsePolicy, ParsedChunk};
+pub(crate) use scan::scan_file_owned;
+pub use scan::{scan_file, ScanOptions, ScanSummary};
 
 use crate::input::{Access, InputFile};
 use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
@@ -344,7 +346,7 @@ pub fn check_start(path: &Path) -> Result<(), Error> {
 }
 
 /// Index-level errors carry a byte offset; give them the file's path, a line and a column too.
-pub fn locate_index_error(mut e: Error, file: &InputFile) -> Error {
+pub(crate) fn locate_index_error(mut e: Error, file: &InputFile) -> Error {
     let path = file.path().display().to_string();
     if let Some(b) = e.position().byte {
         // Count lines up to the offset (index errors are rare and fatal, so a scan is fine).

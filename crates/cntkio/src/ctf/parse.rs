@@ -241,7 +241,7 @@ impl ErrorSink for Sink {
 }
 
 /// Parses one chunk of `file`. I/O errors are returned; data errors are in the result.
-pub fn parse_chunk(
+pub(crate) fn parse_chunk(
     file: &InputFile,
     parser: &CtfParser,
     desc: ChunkDesc,
@@ -272,7 +272,7 @@ pub(crate) fn parse_file_chunk(
 
 /// Parses one chunk whose bytes (`desc.len_bytes` of them, from `desc.offset` of the file at `path`)
 /// are at hand. Data errors are in the result.
-pub fn parse_chunk_bytes(
+pub(crate) fn parse_chunk_bytes(
     bytes: &[u8],
     path: &str,
     parser: &CtfParser,
@@ -343,7 +343,7 @@ pub(crate) fn parse_bytes(
 /// Dense samples are zero-filled to their stream's dim, so a few bytes of text (`|a` on a line) become `dim`
 /// values: with a dim far larger than the data (a typo in a schema), a chunk would ask for more memory than the
 /// machine has.
-pub fn max_decoded_chunk_bytes() -> u64 {
+pub(crate) fn max_decoded_chunk_bytes() -> u64 {
     static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *LIMIT.get_or_init(|| {
         // `MemTotal:    24596444 kB` (Linux); elsewhere, or unreadable, the fallback.

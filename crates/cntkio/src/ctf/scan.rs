@@ -77,7 +77,7 @@ const RELEASE_OVERLAP: u64 = 4 << 20;
 
 /// [`scan_file`] handing each chunk over: `consumer` keeps what it wants and may give back a
 /// [`ChunkData`] whose allocations the parsers reuse (fresh buffers for every chunk cost page faults).
-pub fn scan_file_owned(
+pub(crate) fn scan_file_owned(
     file: &InputFile,
     schema: &Schema,
     opts: &CtfOptions,

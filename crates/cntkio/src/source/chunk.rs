@@ -225,9 +225,8 @@ impl SourceChunk {
 }
 
 /// An anonymous map of at least `len` bytes (rounded up to 2 MiB, so that maps are reused for chunks of
-/// similar sizes); `None` if it cannot be made. No transparent-huge-page hint: measured on the 2-core VM,
-/// asking for huge pages made reading a 500 MB CBF file cost 1.0–1.3 s of system time instead of 0.45 s
-/// (compaction at fault time).
+/// similar sizes); `None` if it cannot be made. No transparent-huge-page hint: asking for huge pages makes
+/// the kernel compact memory at fault time, which costs more system time than the pages save.
 fn anon(len: usize) -> Option<memmap2::MmapMut> {
     const ROUND: usize = 2 << 20;
     let size = len.checked_add(ROUND - 1)? / ROUND * ROUND;
