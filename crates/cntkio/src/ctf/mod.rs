@@ -12,7 +12,7 @@ pub use cntkio_core::ctf::SequenceDesc;
 pub use index::{build_index, index_streaming, CtfIndex, IndexConfig};
 pub use infer::infer_schema;
 pub(crate) use infer::survey;
-pub(crate) use parse::parse_chunk;
+pub(crate) use parse::{parse_chunk, parse_chunk_bytes};
 pub use parse::{ParsePolicy, ParsedChunk};
 pub(crate) use scan::scan_file_owned;
 pub use scan::{scan_file, ScanOptions, ScanSummary};
