@@ -310,6 +310,26 @@ pub enum ErrorKind {
         problem: String,
     },
 
+    // ---- Parquet and Arrow IPC ------------------------------------------------------------
+    /// A Parquet or Arrow IPC file cannot be decoded, or does not say that it holds cntkio's Arrow mapping
+    /// (its schema lacks the mapping's metadata, or the metadata is unreadable or of another version).
+    #[error("{problem}")]
+    ArrowFormat {
+        /// What is wrong, in words.
+        problem: String,
+    },
+    /// A column of a Parquet or Arrow IPC file does not have the type, or holds values, that cntkio's
+    /// Arrow mapping gives it.
+    #[error("column \"{column}\": expected {expected}, found {found}")]
+    ArrowColumn {
+        /// The column's name.
+        column: String,
+        /// What the mapping asks for there.
+        expected: String,
+        /// What the file has.
+        found: String,
+    },
+
     // ---- Data (found while opening, randomizing or packing the input) ---------------------
     /// Data delivered by a deserializer has no chunks, samples or sequences.
     #[error("the data has no {missing}")]
@@ -528,6 +548,8 @@ impl ErrorKind {
             ChunkErrors { .. } => ("E0031", "ChunkErrors"),
             MissingInput { .. } => ("E0032", "MissingInput"),
             CbfFormat { .. } => ("E0100", "CbfFormat"),
+            ArrowFormat { .. } => ("E0101", "ArrowFormat"),
+            ArrowColumn { .. } => ("E0102", "ArrowColumn"),
             NoStreams => ("E1001", "NoStreams"),
             InvalidStream { .. } => ("E1002", "InvalidStream"),
             DuplicateAlias { .. } => ("E1003", "DuplicateAlias"),
@@ -596,6 +618,9 @@ impl ErrorKind {
             }
             EmptySequenceStream { .. } => {
                 "CNTK cannot pack a sequence with an empty stream; remove it, or drop the stream from the schema"
+            }
+            ArrowFormat { .. } | ArrowColumn { .. } => {
+                "cntkio reads Parquet and Arrow IPC files in its Arrow mapping (README: \"Parquet and Arrow\"), as `cntkio convert IN OUT.parquet` writes them"
             }
             UnequalStreamLengths { .. } => {
                 "truncated BPTT needs every stream of a sequence to have as many samples as the others"
