@@ -70,10 +70,11 @@ fn dump_arrow(path: &std::path::Path, w: &mut impl Write, quiet: bool) -> Result
     let mut buf = ryu::Buffer::new();
     let mut out = Vec::with_capacity(1 << 20);
     for k in 0..f.chunk_count() {
-        f.read_chunk_into(k, &mut data)?;
-        out.clear();
-        push_dump_records(&mut out, f.schema(), &data, data.num_sequences(), &mut buf);
-        write_stdout(w, &out)?;
+        f.for_each_batch(k, &mut data, &mut |d| {
+            out.clear();
+            push_dump_records(&mut out, f.schema(), d, d.num_sequences(), &mut buf);
+            write_stdout(w, &out)
+        })?;
         progress.set(k as u64 + 1);
     }
     progress.finish();

@@ -38,12 +38,11 @@ fn append(a: &mut ChunkData, b: &ChunkData) {
         let samples = x.num_samples();
         x.sequence_offsets.extend(y.sequence_offsets[1..].iter().map(|o| o + samples));
         let entries = x.values.len() as u64;
-        match (&mut x.layout, &y.layout) {
-            (Layout::Sparse { indices, sample_offsets }, Layout::Sparse { indices: yi, sample_offsets: yo }) => {
-                indices.extend_from_slice(yi);
-                sample_offsets.extend(yo[1..].iter().map(|o| o + entries));
-            }
-            _ => {}
+        if let (Layout::Sparse { indices, sample_offsets }, Layout::Sparse { indices: yi, sample_offsets: yo }) =
+            (&mut x.layout, &y.layout)
+        {
+            indices.extend_from_slice(yi);
+            sample_offsets.extend(yo[1..].iter().map(|o| o + entries));
         }
         x.values.extend_from(&y.values, 0..y.values.len());
     }
@@ -322,6 +321,14 @@ fn foreign_and_damaged_files_are_errors() {
             assert!(r.is_ok(), "{name}: damage {i} panicked");
         }
     }
+    // An IPC footer length past the file's start is refused before anything is allocated for it.
+    let mut b = std::fs::read(dir.path().join("a.arrow")).unwrap();
+    let at = b.len() - 10;
+    b[at..at + 4].copy_from_slice(&i32::MAX.to_le_bytes());
+    let long = dir.path().join("long.arrow");
+    std::fs::write(&long, &b).unwrap();
+    let e = ArrowFile::open(&long).unwrap_err();
+    assert!(e.to_string().contains("footer's length 2147483647"), "{e}");
     // Garbage between the magic bytes.
     let garbage = dir.path().join("g.parquet");
     std::fs::write(&garbage, b"PAR1\x00\x01\x02\x03\xff\xff\xff\x7fPAR1").unwrap();

@@ -16,9 +16,13 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// Rows decoded at a time from a Parquet row group (a row group of more rows is decoded in several
-/// batches, appended to one chunk).
+/// Rows decoded at a time from a Parquet row group at most (a row group of more rows is decoded in
+/// several batches).
 const PARQUET_BATCH_ROWS: usize = 64 * 1024;
+
+/// About how many bytes of data a Parquet batch decodes at a time (rows are counted from the row group's
+/// uncompressed size).
+const PARQUET_BATCH_BYTES: u64 = 16 << 20;
 
 /// The Parquet decoder and the IPC reader are other crates' code fed untrusted bytes: a panic in them
 /// on a malformed file becomes an error naming the file, never an abort of the caller.
@@ -53,9 +57,45 @@ fn read_error(what: &str, e: arrow_schema::ArrowError) -> Error {
     }
 }
 
+/// The Parquet decoder reads each column chunk's byte range whole: the ranges are checked against the
+/// file before anything is allocated for them.
+fn check_column_chunks(meta: &ArrowReaderMetadata, file_len: u64) -> Result<(), Error> {
+    for (k, g) in meta.metadata().row_groups().iter().enumerate() {
+        for c in g.columns() {
+            let (start, len) = c.byte_range();
+            if start.checked_add(len).is_none_or(|end| end > file_len) {
+                return Err(format_error(format!(
+                    "row group {k}, column {}: bytes {start}..+{len} lie outside the file of {file_len} bytes",
+                    c.column_path()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The IPC reader allocates the footer's length (the 4 bytes before the closing magic) before reading it:
+/// it is checked against the file first.
+fn check_footer_length(f: &mut File, file_len: u64) -> Result<(), Error> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut tail = [0u8; 4];
+    f.seek(SeekFrom::Start(file_len.saturating_sub(10)))
+        .and_then(|_| f.read_exact(&mut tail))
+        .and_then(|_| f.seek(SeekFrom::Start(0)))
+        .map_err(|e| Error::io("read the Arrow IPC footer", e))?;
+    let footer_len = i32::from_le_bytes(tail);
+    // Magic (8 bytes with padding) + footer + length (4) + magic (6).
+    if u64::try_from(footer_len).ok().is_none_or(|n| n + 18 > file_len) {
+        return Err(format_error(format!(
+            "the footer's length {footer_len} does not fit in the file of {file_len} bytes"
+        )));
+    }
+    Ok(())
+}
+
 enum Inner {
     Parquet(ArrowReaderMetadata),
-    Ipc(Mutex<FileReader<BufReader<File>>>),
+    Ipc(Box<Mutex<FileReader<BufReader<File>>>>),
 }
 
 /// An open Parquet or Arrow IPC file in cntkio's Arrow mapping: its mapping checked, chunks read on
@@ -94,21 +134,25 @@ impl ArrowFile {
             }
         };
         let open = || File::open(path).map_err(|e| Error::io(format!("open {p}"), e));
+        let file_len = std::fs::metadata(path).map_err(|e| Error::io(format!("stat {p}"), e))?.len();
         let (inner, schema, rows) =
             guarded(if format == ArrowFormat::Parquet { "Parquet" } else { "Arrow IPC" }, || {
                 Ok(match format {
                     ArrowFormat::Parquet => {
                         let meta = ArrowReaderMetadata::load(&open()?, Default::default()).map_err(parquet_error)?;
+                        check_column_chunks(&meta, file_len)?;
                         let rows =
                             meta.metadata().row_groups().iter().map(|g| u64::try_from(g.num_rows()).ok()).collect();
                         let schema = Arc::clone(meta.schema());
                         (Inner::Parquet(meta), schema, rows)
                     }
                     ArrowFormat::Ipc => {
-                        let r = FileReader::try_new(BufReader::new(open()?), None).map_err(ipc_error)?;
+                        let mut f = open()?;
+                        check_footer_length(&mut f, file_len)?;
+                        let r = FileReader::try_new(BufReader::new(f), None).map_err(ipc_error)?;
                         let schema = r.schema();
                         let rows = vec![None; r.num_batches()];
-                        (Inner::Ipc(Mutex::new(r)), schema, rows)
+                        (Inner::Ipc(Box::new(Mutex::new(r))), schema, rows)
                     }
                 })
             })
@@ -158,7 +202,9 @@ impl ArrowFile {
             Inner::Parquet(meta) => {
                 let file = File::open(&self.path).map_err(|e| Error::io(format!("open {p}"), e))?;
                 let rows = self.rows[k].unwrap_or(0);
-                let batch = usize::try_from(rows).unwrap_or(usize::MAX).clamp(1, PARQUET_BATCH_ROWS);
+                let bytes = u64::try_from(meta.metadata().row_group(k).total_byte_size()).unwrap_or(0).max(1);
+                let fit = u128::from(rows) * u128::from(PARQUET_BATCH_BYTES) / u128::from(bytes);
+                let batch = usize::try_from(fit.min(rows.into())).unwrap_or(usize::MAX).clamp(1, PARQUET_BATCH_ROWS);
                 let mut b = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
                     .with_row_groups(vec![k])
                     .with_batch_size(batch);
@@ -184,6 +230,25 @@ impl ArrowFile {
             }
         })
         .map_err(|e| if e.position().path.is_none() { e.with_path(p.clone()) } else { e })
+    }
+
+    /// Reads chunk `k` record batch by record batch (Parquet: about 16 MB of data at a time), each
+    /// decoded into `data` (cleared first) and handed to `each`: for a reader that streams, whose memory
+    /// then holds one batch rather than the whole chunk.
+    pub fn for_each_batch(
+        &self,
+        k: usize,
+        data: &mut ChunkData,
+        each: &mut dyn FnMut(&ChunkData) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        if data.streams.len() != self.mapping.schema.len() {
+            *data = ChunkData::new(&self.mapping.schema);
+        }
+        self.batches(k, None, &mut |b| {
+            data.clear();
+            decode::append_batch(b, &self.mapping, data)?;
+            each(data)
+        })
     }
 
     /// Reads and decodes chunk `k`.

@@ -108,7 +108,7 @@ impl ToArrow {
 
 enum Encoder {
     Parquet(Box<ArrowWriter<BufWriter<File>>>),
-    Ipc(arrow_ipc::writer::FileWriter<BufWriter<File>>),
+    Ipc(Box<arrow_ipc::writer::FileWriter<BufWriter<File>>>),
 }
 
 /// Writes record batches to the temporary file of the output.
@@ -141,9 +141,9 @@ impl BatchWriter {
                 ArrowWriter::try_new(out, arrow_schema.clone(), Some(how.parquet_properties()))
                     .map_err(|e| write_error(&target, e))?,
             )),
-            ArrowFormat::Ipc => Encoder::Ipc(
+            ArrowFormat::Ipc => Encoder::Ipc(Box::new(
                 arrow_ipc::writer::FileWriter::try_new(out, &arrow_schema).map_err(|e| ipc_write_error(&target, e))?,
-            ),
+            )),
         };
         Ok(BatchWriter {
             tmp,
@@ -241,6 +241,9 @@ fn ipc_write_error(target: &Target, e: arrow_schema::ArrowError) -> Error {
     }
 }
 
+/// What a reader hands each chunk to.
+type Hand<'a> = &'a mut dyn FnMut(ChunkData) -> Result<(), Error>;
+
 /// Runs `read` (which hands chunks, in order, to the function it is given) on the calling thread and a
 /// [`BatchWriter`] on a thread of its own. A writer's error concerns data before any the reader could
 /// have failed on, so it comes first.
@@ -248,7 +251,7 @@ fn pipeline(
     output: &Path,
     schema: &Schema,
     how: &ToArrow,
-    read: &mut dyn FnMut(&mut dyn FnMut(ChunkData) -> Result<(), Error>) -> Result<(), Error>,
+    read: &mut dyn FnMut(Hand<'_>) -> Result<(), Error>,
 ) -> Result<ConvertSummary, Error> {
     let mut w = BatchWriter::new(output, schema, how)?;
     let (tx, rx) = crossbeam_channel::bounded::<ChunkData>(2);
