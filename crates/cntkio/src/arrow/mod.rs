@@ -55,6 +55,8 @@ pub use write::{
     arrow_to_arrow, arrow_to_cbf, arrow_to_ctf, cbf_to_arrow, ctf_to_arrow, ArrowToCbf, ArrowToCtf, ParquetCompression,
     ToArrow,
 };
+/// The Arrow crates of this API's types (so that a caller uses the same versions).
+pub use {arrow_array, arrow_schema};
 
 use crate::{ElementType, Error, ErrorKind, Schema, StorageFormat, StreamSpec};
 use arrow_schema::{DataType, Field, Fields, Schema as ArrowSchema, SchemaRef};
@@ -302,6 +304,23 @@ impl Mapping {
     }
 }
 
+/// `data` as a record batch of `mapping` (its vectors moved into the arrays, not copied): for a front
+/// end that hands CNTK data to Arrow consumers. Errors ([`ErrorKind::InvalidChunkData`] or
+/// [`ErrorKind::Limit`]): data that does not fit the mapping's streams, more than 2^31 − 1 samples or
+/// entries of a stream; with [`Rows::Samples`] ([`ErrorKind::InvalidOption`]), a sequence without
+/// exactly one sample of each stream.
+pub fn to_record_batch(data: crate::ChunkData, mapping: &Mapping) -> Result<arrow_array::RecordBatch, Error> {
+    build::record_batch(data, mapping, &mapping.arrow_schema()?)
+}
+
+/// A record batch of `mapping` (as [`to_record_batch`] makes it, or read from a file) as chunk data;
+/// every offset, sparse index and null is checked. Errors: [`ErrorKind::ArrowColumn`].
+pub fn from_record_batch(batch: &arrow_array::RecordBatch, mapping: &Mapping) -> Result<crate::ChunkData, Error> {
+    let mut d = crate::ChunkData::new(&mapping.schema);
+    decode::append_batch(batch, mapping, &mut d)?;
+    Ok(d)
+}
+
 /// Whether two Arrow types are the same but for the names and nullability of list items (other writers
 /// call them `element`; nulls are checked in the data).
 fn same_shape(a: &DataType, b: &DataType) -> bool {
@@ -366,6 +385,28 @@ mod tests {
         let DataType::Struct(parts) = sparse.data_type() else { panic!("{sparse}") };
         let names: Vec<&str> = parts.iter().map(|f| f.name().as_str()).collect();
         assert_eq!(names, ["indices", "values"]);
+    }
+
+    #[test]
+    fn record_batches_carry_chunk_data_both_ways() {
+        let text = b"0 |x 1 2 3 |l 9:0.5 1:2\n0 |x 4 5 6\n3 |x 7 8 9 |l\n";
+        let schema = schema();
+        let data = cntkio_core::ctf::parse::parse_bytes(text, &schema, false, &mut cntkio_core::ctf::parse::FailFast)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let m = Mapping::new(&schema, Rows::Sequences).unwrap();
+        let batch = to_record_batch(data.clone(), &m).unwrap();
+        assert_eq!((batch.num_rows(), batch.num_columns()), (2, 4));
+        assert_eq!(from_record_batch(&batch, &m).unwrap(), data);
+        // A sparse index past the dim, made by hand, is refused on the way back.
+        let mut bad = data.clone();
+        if let crate::Layout::Sparse { indices, .. } = &mut bad.streams[1].layout {
+            indices[0] = 10;
+        }
+        let e = from_record_batch(&to_record_batch(bad, &m).unwrap(), &m).unwrap_err();
+        assert!(e.to_string().contains("index 10"), "{e}");
+        // Flattening needs one sample per sequence.
+        let flat = Mapping::new(&schema, Rows::Samples).unwrap();
+        assert_eq!(to_record_batch(data, &flat).unwrap_err().code(), "E1006");
     }
 
     #[test]
