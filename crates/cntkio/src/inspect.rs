@@ -529,7 +529,7 @@ mod tests {
     }
 
     #[test]
-    fn ctf_and_cbf_reports_list_their_keys_sorted() {
+    fn ctf_cbf_and_arrow_reports_list_their_keys_sorted() {
         let dir = tempfile::tempdir().unwrap();
         let ctf = dir.path().join("a.ctf");
         std::fs::write(&ctf, "0 |x 1 2 |y 3:1\n0 |x 3\n1 |# c\n2 |y 0:1\n").unwrap();
@@ -540,6 +540,13 @@ mod tests {
         let r = inspect(&cbf, false).unwrap();
         let InspectReport::Cbf(c) = &r else { panic!("not CBF") };
         assert_eq!((c.sequences, c.samples, c.chunks.len()), (10, 100, 1));
+        assert_keys_sorted(&r);
+        let pq = dir.path().join("a.parquet");
+        let how = crate::arrow::ToArrow::for_path(&pq).unwrap();
+        crate::arrow::cbf_to_arrow(&cbf, &pq, &Default::default(), &how, &mut |_| {}).unwrap();
+        let r = inspect(&pq, false).unwrap();
+        let InspectReport::Arrow(a) = &r else { panic!("not Parquet") };
+        assert_eq!((a.sequences, a.samples, a.streams[0].nnz.is_some()), (c.sequences, c.samples, true));
         assert_keys_sorted(&r);
     }
 
