@@ -60,6 +60,34 @@ fn dump_of_a_converted_file_equals_dump_of_the_original() {
 }
 
 #[test]
+fn the_real_files_dump_the_same_through_parquet_and_arrow() {
+    // CNTK's data (testdata/real/README.md): streams of different lengths with definesMBSize (CMUDict),
+    // sparse features with dense sequence labels (SequenceClassification), MNIST in double precision,
+    // CRLF line ends, empty dense and sparse samples, and a file whose errors maxErrors tolerates.
+    let cases: [(&str, &[&str]); 6] = [
+        (
+            "cmudict/cmudict-0.7b.train-dev-1-21.ctf",
+            &["-s", "rawInput:69:sparse:S0", "-s", "rawLabels:69:sparse:S1", "--defines-mb-size", "rawInput"],
+        ),
+        ("seqcla/Train.ctf", &["-s", "features:2000:sparse:x", "-s", "labels:5:dense:y"]),
+        ("mnist/MNIST_dense.ctf", &["-s", "features:784:dense:F", "-s", "labels:10:dense:L", "--precision", "double"]),
+        ("logreg/Train_cntk_text.crlf.ctf", &["-s", "features:2:dense", "-s", "labels:1:dense"]),
+        ("edge/empty_samples.ctf", &["-s", "a:10:dense:F0", "-s", "b:10:sparse:F1", "--max-errors", "100"]),
+        ("edge/invalid_inputs.ctf", &["-s", "a:1:dense:A", "-s", "b:10:sparse:B", "--max-errors", "99999"]),
+    ];
+    let d = tmp();
+    for (rel, schema) in cases {
+        let ctf = real(rel);
+        let original = dump(&args!["dump", &ctf, schema]);
+        for ext in ["parquet", "arrow"] {
+            let out = d.path().join(format!("x.{ext}"));
+            run(args!["convert", &ctf, &out, "--quiet", schema]).code(0);
+            assert_eq!(dump(&args!["dump", &out]), original, "{rel} as {ext}");
+        }
+    }
+}
+
+#[test]
 fn flattened_files_dump_the_same() {
     let d = tmp();
     let ctf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/data/logreg.ctf");
