@@ -49,6 +49,9 @@ impl ParquetCompression {
 /// unless [`ToArrow::rows_per_group`] closes them first: what bounds the writer's memory.
 pub const GROUP_BYTES: usize = 64 << 20;
 
+/// About how many bytes of a record batch the Parquet writer is handed at a time.
+const SLICE_BYTES: usize = 4 << 20;
+
 /// How a conversion into the mapping writes.
 #[derive(Debug, Clone, Copy)]
 pub struct ToArrow {
@@ -163,7 +166,19 @@ impl BatchWriter {
         self.summary.samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
         let batch = build::record_batch(data, &self.mapping, &self.schema)?;
         match &mut self.encoder {
-            Encoder::Parquet(w) => w.write(&batch).map_err(|e| write_error(&self.target, e)),
+            Encoder::Parquet(w) => {
+                // The writer computes each leaf value's levels for a whole batch at once: handed in
+                // slices of a few MB, it holds that much extra rather than a chunk's worth.
+                let per_row = batch.get_array_memory_size() / batch.num_rows().max(1);
+                let rows = (SLICE_BYTES / per_row.max(1)).max(1);
+                let mut at = 0;
+                while at < batch.num_rows() {
+                    let n = rows.min(batch.num_rows() - at);
+                    w.write(&batch.slice(at, n)).map_err(|e| write_error(&self.target, e))?;
+                    at += n;
+                }
+                Ok(())
+            }
             Encoder::Ipc(_) => {
                 self.pending_rows += batch.num_rows();
                 self.pending.push(batch);
@@ -439,9 +454,12 @@ pub fn arrow_to_cbf(
 ) -> Result<ConvertSummary, Error> {
     let (f, len) = open_input(input, output)?;
     let mut w = CbfWriter::with_temporary_hook(output, f.schema(), how.writer, how.hooks.on_temporary_file)?;
+    // Batch by batch (about 16 MB of data each), encoded as they come: memory holds a batch and the CBF
+    // chunk being filled, not a whole row group.
+    let mut data = ChunkData::new(f.schema());
     for k in 0..f.chunk_count() {
         crate::check_cancel(how.hooks.cancel)?;
-        w.write_owned(f.read_chunk(k)?)?;
+        f.for_each_batch(k, &mut data, &mut |d| w.write(d))?;
         progress(arrow_progress(&f, len, k));
     }
     crate::convert::finish_cbf(w, input, ConvertSummary::default())
