@@ -95,10 +95,23 @@ pub struct BatchesArgs {
 /// `convert`.
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
-    /// Input file (CTF or CBF, told apart by the CBF magic number).
+    /// Input file (CTF, CBF, Parquet or Arrow IPC, told apart by their magic numbers).
     pub input: PathBuf,
-    /// Output file (written to a temporary file beside it, renamed when complete).
+    /// Output file (written to a temporary file beside it, renamed when complete). `.parquet` and `.arrow`
+    /// write cntkio's Arrow mapping; from those, `.ctf`/`.txt` writes CTF and `.cbf`/`.bin` CBF; else CTF
+    /// becomes CBF and CBF becomes CTF.
     pub output: PathBuf,
+    /// Parquet and Arrow output: one row per sample instead of per sequence (every sequence must have
+    /// exactly one sample of each stream).
+    #[arg(long)]
+    pub flatten: bool,
+    /// Parquet output: page compression.
+    #[arg(long, value_name = "zstd|snappy|none", default_value = "zstd")]
+    pub parquet_compression: String,
+    /// Parquet and Arrow output: rows per row group (record batch) at most; by default as many as fit in
+    /// 64 MiB.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub row_group_size: Option<u64>,
     #[command(flatten)]
     pub read: ReadArgs,
     /// Streams from a ctf2bin.py header file (lines `name alias dense|sparse dim`).
@@ -299,6 +312,8 @@ pub enum Job {
     Ctf(Input),
     /// A CBF file (it carries its own streams).
     Cbf(PathBuf),
+    /// A Parquet or Arrow IPC file in cntkio's Arrow mapping (it carries its own streams).
+    Arrow(PathBuf),
 }
 
 impl ReadArgs {
@@ -316,6 +331,9 @@ impl ReadArgs {
         for f in files {
             match cntkio::convert::detect_format(f)? {
                 cntkio::convert::Format::Cbf => jobs.push(Job::Cbf(f.clone())),
+                cntkio::convert::Format::Parquet | cntkio::convert::Format::ArrowIpc => {
+                    jobs.push(Job::Arrow(f.clone()))
+                }
                 cntkio::convert::Format::Ctf => {
                     if ctf.is_none() {
                         ctf = Some(self.schema_and_options().map_err(|e| match e.kind() {
@@ -341,6 +359,7 @@ impl ReadArgs {
         for f in files {
             jobs.push(match cntkio::convert::detect_format(f)? {
                 cntkio::convert::Format::Cbf => Job::Cbf(f.clone()),
+                cntkio::convert::Format::Parquet | cntkio::convert::Format::ArrowIpc => Job::Arrow(f.clone()),
                 cntkio::convert::Format::Ctf => {
                     let file = cntkio::InputFile::open(f, cntkio::Access::Read)?;
                     let (schema, _) = cntkio::ctf::infer_schema(&file, options.skip_sequence_ids)?;

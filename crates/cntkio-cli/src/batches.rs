@@ -33,6 +33,7 @@ pub fn deserializer(jobs: &[Job], mmap: bool) -> Result<Arc<dyn Deserializer>, E
             )?),
             Job::Ctf(i) => Arc::new(CtfReader::open(&i.path, &i.schema, &i.options)?),
             Job::Cbf(p) => Arc::new(CbfSource::open_with(p, &CbfOptions::default().mmap(mmap))?),
+            Job::Arrow(p) => Arc::new(cntkio::arrow::ArrowSource::open(p)?),
         });
     }
     if parts.len() == 1 {

@@ -55,6 +55,13 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
                 }
                 continue;
             }
+            crate::args::Job::Arrow(path) => {
+                return Err(Error::option_value(
+                    "FILE",
+                    path.display().to_string(),
+                    "is a Parquet or Arrow IPC file; bench measures the CTF and CBF readers",
+                ))
+            }
             crate::args::Job::Ctf(input) => input,
         };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);

@@ -1,9 +1,14 @@
-//! `cntkio convert`: CTF → CBF and CBF → CTF, chosen by the input's magic number.
+//! `cntkio convert`: CTF → CBF and CBF → CTF, chosen by the input's magic number; any of them → Parquet or
+//! Arrow IPC, and those back to CTF or CBF, chosen by the output's extension.
 
 use crate::args::ConvertArgs;
 use crate::output::Progress;
 use crate::signals::{self, Task};
 use crate::EXIT_OK;
+use cntkio::arrow::{
+    arrow_to_arrow, arrow_to_cbf, arrow_to_ctf, cbf_to_arrow, ctf_to_arrow, ArrowFormat, ArrowToCbf, ArrowToCtf,
+    ParquetCompression, ToArrow,
+};
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams, MetaCounts};
 use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, CtfToCbf, Format};
 use cntkio::ctf::ScanOptions;
@@ -15,68 +20,94 @@ use std::time::Instant;
 pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
     let t = Instant::now();
     let in_len = std::fs::metadata(&a.input).map(|m| m.len()).unwrap_or(0);
+    let input_format = detect_format(&a.input)?;
+    let arrow_out = ArrowFormat::from_extension(&a.output);
+    if arrow_out.is_none() && (a.flatten || a.row_group_size.is_some()) {
+        let flag = if a.flatten { "--flatten" } else { "--row-group-size" };
+        return Err(Error::option(flag, "applies to Parquet and Arrow outputs (OUT.parquet, OUT.arrow)"));
+    }
     let progress = Progress::bytes(in_len, "converting", quiet);
-    let (what, s) = match detect_format(&a.input)? {
-        Format::Cbf => {
-            // Aliases for the CTF text: from a header file or --stream flags, matched by stream name.
-            let aliases: Vec<(String, String)> = match &a.header {
-                Some(h) => read_header(h, None)?.streams().iter().map(|s| (s.name.clone(), s.alias.clone())).collect(),
-                None if !a.read.streams.is_empty() => {
-                    a.read.schema_and_options()?.0.streams().iter().map(|s| (s.name.clone(), s.alias.clone())).collect()
+    let (what, s) = match (input_format, arrow_out) {
+        (_, Some(format)) => {
+            let compression = ParquetCompression::parse(&a.parquet_compression).ok_or_else(|| {
+                Error::option_value("--parquet-compression", &a.parquet_compression, "must be zstd, snappy or none")
+            })?;
+            let rows_per_group = a.row_group_size.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+            let how = ToArrow { format, compression, rows_per_group, flatten: a.flatten, hooks: signals::hooks() };
+            let s = match input_format {
+                Format::Ctf => {
+                    let (input, scan, access) = ctf_input(a)?;
+                    converting(&a.output, || {
+                        ctf_to_arrow(
+                            &a.input,
+                            &a.output,
+                            &input.schema,
+                            &input.options,
+                            &scan,
+                            access,
+                            &how,
+                            &mut |b| progress.set(b),
+                        )
+                    })?
                 }
-                None => Vec::new(),
+                Format::Cbf => {
+                    let opts = cbf_options(a);
+                    converting(&a.output, || cbf_to_arrow(&a.input, &a.output, &opts, &how, &mut |b| progress.set(b)))?
+                }
+                Format::Parquet | Format::ArrowIpc => {
+                    converting(&a.output, || arrow_to_arrow(&a.input, &a.output, &how, &mut |b| progress.set(b)))?
+                }
             };
-            let opts = CbfOptions::default().mmap(a.read.mmap);
-            if a.read.mmap {
-                signals::prepare_for_maps(Task::Conversion, &[(&a.input, "leave out --mmap")]);
-                signals::reading_mapped(Some(0));
-            }
-            let how = CbfToCtf { cbf: opts, aliases, threads: a.read.threads(), hooks: signals::hooks() };
-            let s = converting(&a.output, || cbf_to_ctf(&a.input, &a.output, &how, &mut |b| progress.set(b)))?;
-            ("CBF → CTF", s)
+            let what = match format {
+                ArrowFormat::Parquet => "→ Parquet",
+                ArrowFormat::Ipc => "→ Arrow IPC",
+            };
+            (format!("{} {what}", input_format.name().to_uppercase()), s)
         }
-        Format::Ctf => {
-            let mut input = match &a.header {
-                Some(h) => crate::args::Input {
-                    path: a.input.clone(),
-                    schema: read_header(h, a.read.precision.as_deref())?,
-                    options: a.read.options(),
-                },
-                None => a.read.inputs(std::slice::from_ref(&a.input))?.remove(0),
-            };
-            let chunk_size = a.read.chunk_size.unwrap_or(cntkio::options::DEFAULT_CHUNK_SIZE);
-            input.options.chunk_size = chunk_size;
-            let mut writer = if a.ctf2bin_compatible {
-                CbfWriterOptions::ctf2bin(chunk_size)
-            } else {
-                CbfWriterOptions::new(chunk_size)
-            };
-            if a.max_over_streams {
-                writer.meta_counts = MetaCounts::MaxOverStreams;
+        (Format::Parquet | Format::ArrowIpc, None) => {
+            let ext = a.output.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).unwrap_or_default();
+            let from = if input_format == Format::Parquet { "Parquet" } else { "Arrow IPC" };
+            match ext.as_str() {
+                "ctf" | "txt" => {
+                    let how = ArrowToCtf { aliases: aliases(a)?, threads: a.read.threads(), hooks: signals::hooks() };
+                    let s = converting(&a.output, || arrow_to_ctf(&a.input, &a.output, &how, &mut |b| progress.set(b)))?;
+                    (format!("{from} → CTF"), s)
+                }
+                "cbf" | "bin" => {
+                    let chunk_size = a.read.chunk_size.unwrap_or(cntkio::options::DEFAULT_CHUNK_SIZE);
+                    let how = ArrowToCbf { writer: cbf_writer_options(a, chunk_size), hooks: signals::hooks() };
+                    let s = converting(&a.output, || arrow_to_cbf(&a.input, &a.output, &how, &mut |b| progress.set(b)))?;
+                    (format!("{from} → CBF"), s)
+                }
+                _ => {
+                    return Err(Error::option_value(
+                        "OUTPUT",
+                        a.output.display().to_string(),
+                        "has no extension that names a format: use .ctf or .txt (CTF), .cbf or .bin (CBF), .parquet, or .arrow",
+                    ))
+                }
             }
-            if a.read.skip_bad_sequences {
-                writer.empty_streams = EmptyStreams::Drop;
-            }
+        }
+        (Format::Cbf, None) => {
+            let opts = cbf_options(a);
+            let how = CbfToCtf { cbf: opts, aliases: aliases(a)?, threads: a.read.threads(), hooks: signals::hooks() };
+            let s = converting(&a.output, || cbf_to_ctf(&a.input, &a.output, &how, &mut |b| progress.set(b)))?;
+            ("CBF → CTF".to_string(), s)
+        }
+        (Format::Ctf, None) => {
+            let (input, scan, access) = ctf_input(a)?;
+            let chunk_size = input.options.chunk_size;
             let how = CtfToCbf {
                 ctf: input.options.clone(),
-                writer,
-                scan: ScanOptions {
-                    threads: a.read.threads(),
-                    skip_bad_sequences: a.read.skip_bad_sequences,
-                    ..ScanOptions::default()
-                },
-                access: a.read.access_mapped_by_default(a.no_mmap),
+                writer: cbf_writer_options(a, chunk_size),
+                scan,
+                access,
                 hooks: signals::hooks(),
             };
-            if how.access != Access::Read {
-                // A mapped input truncated meanwhile raises SIGBUS, which the binary's handler explains.
-                signals::prepare_for_maps(Task::Conversion, &[(&a.input, a.read.no_map_hint())]);
-                signals::reading_mapped(Some(0));
-            }
             let s = converting(&a.output, || {
                 ctf_to_cbf(&a.input, &a.output, &input.schema, &how, &mut |b| progress.set(b))
             })?;
-            ("CTF → CBF", s)
+            ("CTF → CBF".to_string(), s)
         }
     };
     progress.finish();
@@ -101,6 +132,65 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
         );
     }
     Ok(EXIT_OK)
+}
+
+/// Aliases for CTF text: from a header file or --stream flags, matched by stream name.
+fn aliases(a: &ConvertArgs) -> Result<Vec<(String, String)>, Error> {
+    Ok(match &a.header {
+        Some(h) => read_header(h, None)?.streams().iter().map(|s| (s.name.clone(), s.alias.clone())).collect(),
+        None if !a.read.streams.is_empty() => {
+            a.read.schema_and_options()?.0.streams().iter().map(|s| (s.name.clone(), s.alias.clone())).collect()
+        }
+        None => Vec::new(),
+    })
+}
+
+/// How a CBF input is opened (mapped with --mmap, its signals prepared).
+fn cbf_options(a: &ConvertArgs) -> CbfOptions {
+    if a.read.mmap {
+        signals::prepare_for_maps(Task::Conversion, &[(&a.input, "leave out --mmap")]);
+        signals::reading_mapped(Some(0));
+    }
+    CbfOptions::default().mmap(a.read.mmap)
+}
+
+/// The CBF writer's options from the flags.
+fn cbf_writer_options(a: &ConvertArgs, chunk_size: u64) -> CbfWriterOptions {
+    let mut writer =
+        if a.ctf2bin_compatible { CbfWriterOptions::ctf2bin(chunk_size) } else { CbfWriterOptions::new(chunk_size) };
+    if a.max_over_streams {
+        writer.meta_counts = MetaCounts::MaxOverStreams;
+    }
+    if a.read.skip_bad_sequences {
+        writer.empty_streams = EmptyStreams::Drop;
+    }
+    writer
+}
+
+/// A CTF input: its schema and options (from the flags, a header file or a config), how it is parsed,
+/// and how it is read (mapped unless --no-mmap, its signals prepared).
+fn ctf_input(a: &ConvertArgs) -> Result<(crate::args::Input, ScanOptions, Access), Error> {
+    let mut input = match &a.header {
+        Some(h) => crate::args::Input {
+            path: a.input.clone(),
+            schema: read_header(h, a.read.precision.as_deref())?,
+            options: a.read.options(),
+        },
+        None => a.read.inputs(std::slice::from_ref(&a.input))?.remove(0),
+    };
+    input.options.chunk_size = a.read.chunk_size.unwrap_or(cntkio::options::DEFAULT_CHUNK_SIZE);
+    let scan = ScanOptions {
+        threads: a.read.threads(),
+        skip_bad_sequences: a.read.skip_bad_sequences,
+        ..ScanOptions::default()
+    };
+    let access = a.read.access_mapped_by_default(a.no_mmap);
+    if access != Access::Read {
+        // A mapped input truncated meanwhile raises SIGBUS, which the binary's handler explains.
+        signals::prepare_for_maps(Task::Conversion, &[(&a.input, a.read.no_map_hint())]);
+        signals::reading_mapped(Some(0));
+    }
+    Ok((input, scan, access))
 }
 
 /// Runs a conversion into `output`, during which the binary's signal handlers remove its temporary file

@@ -25,6 +25,12 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
                 r?;
                 continue;
             }
+            crate::args::Job::Arrow(path) => {
+                let r = dump_arrow(path, &mut w, quiet);
+                w.flush().map_err(crate::output::stdout_error)?;
+                r?;
+                continue;
+            }
             crate::args::Job::Ctf(input) => input,
         };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);
@@ -54,4 +60,23 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
         r?;
     }
     Ok(EXIT_OK)
+}
+
+/// `dump` of a Parquet or Arrow IPC file: every sequence of every chunk, in file order.
+fn dump_arrow(path: &std::path::Path, w: &mut impl Write, quiet: bool) -> Result<(), Error> {
+    let f = cntkio::arrow::ArrowFile::open(path)?;
+    let progress = Progress::bytes(f.chunk_count() as u64, "dumping", quiet);
+    let mut data = cntkio::ChunkData::new(f.schema());
+    let mut buf = ryu::Buffer::new();
+    let mut out = Vec::with_capacity(1 << 20);
+    for k in 0..f.chunk_count() {
+        f.for_each_batch(k, &mut data, &mut |d| {
+            out.clear();
+            push_dump_records(&mut out, f.schema(), d, d.num_sequences(), &mut buf);
+            write_stdout(w, &out)
+        })?;
+        progress.set(k as u64 + 1);
+    }
+    progress.finish();
+    Ok(())
 }

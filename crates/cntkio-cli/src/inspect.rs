@@ -6,13 +6,25 @@ use crate::EXIT_OK;
 use cntkio::convert::{detect_format, Format};
 use cntkio::ctf::IndexMode;
 use cntkio::inspect::ValueRange;
-use cntkio::inspect::{inspect_cbf, inspect_ctf, CbfReport, CtfReport};
+use cntkio::inspect::{
+    inspect_arrow, inspect_cbf, inspect_ctf, ArrowReport, CbfLengths, CbfReport, CbfStream, CtfReport,
+};
 use cntkio::{Access, Error, InputFile};
 use std::path::Path;
 
 /// Runs `inspect`.
 pub fn run(a: &InspectArgs, quiet: bool) -> Result<u8, Error> {
-    if detect_format(&a.file)? == Format::Cbf {
+    let format = detect_format(&a.file)?;
+    if matches!(format, Format::Parquet | Format::ArrowIpc) {
+        let report = inspect_arrow(&a.file)?;
+        if a.json {
+            out!("{}", serde_json::to_string_pretty(&report).expect("json"))?;
+        } else {
+            arrow_text(&a.file, &report)?;
+        }
+        return Ok(EXIT_OK);
+    }
+    if format == Format::Cbf {
         let report = inspect_cbf(&a.file)?;
         if a.json {
             out!("{}", serde_json::to_string_pretty(&report).expect("json"))?;
@@ -105,11 +117,44 @@ fn ctf_text(path: &Path, r: &CtfReport) -> Result<(), Error> {
 fn cbf_text(path: &Path, r: &CbfReport) -> Result<(), Error> {
     let l = &r.sequence_length;
     out!("{}: CBF version {}, {} bytes, header at byte {}", path.display(), r.cbf_version, r.bytes, r.header_offset)?;
+    summary_text(r.sequences, r.samples, "chunks", r.chunks.len(), l, &r.streams)?;
+    out!("  chunks:")?;
+    for (k, c) in r.chunks.iter().enumerate().take(20) {
+        // No widths on the chunk's numbers: the text of version 1 printed them unpadded.
+        out!("    {k:<5} at byte {} {} bytes  {} sequences  {} samples", c.offset, c.bytes, c.sequences, c.samples)?;
+    }
+    if r.chunks.len() > 20 {
+        out!("    … {} more (see --json)", r.chunks.len() - 20)?;
+    }
+    Ok(())
+}
+
+fn arrow_text(path: &Path, r: &ArrowReport) -> Result<(), Error> {
+    let l = &r.sequence_length;
+    let (format, chunk) =
+        if r.format == Format::Parquet { ("Parquet", "row group") } else { ("Arrow IPC", "record batch") };
     out!(
-        "  sequences {}   samples {}   chunks {}   sequence length: min {}, median {}, p90 {}, max {}{}",
-        r.sequences,
-        r.samples,
-        r.chunks.len(),
+        "{}: {format} in cntkio's Arrow mapping version {}, {} bytes, a row per {}",
+        path.display(),
+        r.mapping_version,
+        r.bytes,
+        if r.rows == cntkio::arrow::Rows::Sequences { "sequence" } else { "sample" }
+    )?;
+    summary_text(r.sequences, r.samples, &format!("{chunk}s"), r.chunks.len(), l, &r.streams)?;
+    Ok(())
+}
+
+/// The counts, sequence lengths and streams of a CBF, Parquet or Arrow IPC file.
+fn summary_text(
+    sequences: u64,
+    samples: u64,
+    chunks: &str,
+    num_chunks: usize,
+    l: &CbfLengths,
+    streams: &[CbfStream],
+) -> Result<(), Error> {
+    out!(
+        "  sequences {sequences}   samples {samples}   {chunks} {num_chunks}   sequence length: min {}, median {}, p90 {}, max {}{}",
         l.min,
         l.p50,
         l.p90,
@@ -117,7 +162,7 @@ fn cbf_text(path: &Path, r: &CbfReport) -> Result<(), Error> {
         approximate(l.exact)
     )?;
     out!("  streams:")?;
-    for s in &r.streams {
+    for s in streams {
         out!(
             "    {:<14} {:<6} {:<6} dim {:<9} samples {:<10}{}",
             s.name,
@@ -127,14 +172,6 @@ fn cbf_text(path: &Path, r: &CbfReport) -> Result<(), Error> {
             s.samples,
             s.nnz.map_or(String::new(), |nnz| format!(" nnz {nnz}"))
         )?;
-    }
-    out!("  chunks:")?;
-    for (k, c) in r.chunks.iter().enumerate().take(20) {
-        // No widths on the chunk's numbers: the text of version 1 printed them unpadded.
-        out!("    {k:<5} at byte {} {} bytes  {} sequences  {} samples", c.offset, c.bytes, c.sequences, c.samples)?;
-    }
-    if r.chunks.len() > 20 {
-        out!("    … {} more (see --json)", r.chunks.len() - 20)?;
     }
     Ok(())
 }

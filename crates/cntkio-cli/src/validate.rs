@@ -6,7 +6,7 @@ use crate::render::render;
 use crate::signals::{self, Task};
 use crate::{EXIT_INVALID, EXIT_OK};
 use cntkio::cbf::CbfOptions;
-use cntkio::validate::{validate_cbf, validate_ctf, Finding, ValidateOptions};
+use cntkio::validate::{validate_arrow, validate_cbf, validate_ctf, Finding, ValidateOptions};
 use cntkio::{Error, InputFile};
 use serde_json::json;
 use std::path::Path;
@@ -27,7 +27,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
     let inputs: Vec<(&Path, &str)> = jobs
         .iter()
         .map(|j| match j {
-            crate::args::Job::Cbf(p) => (p.as_path(), "leave out --mmap"),
+            crate::args::Job::Cbf(p) | crate::args::Job::Arrow(p) => (p.as_path(), "leave out --mmap"),
             crate::args::Job::Ctf(i) => (i.path.as_path(), a.read.no_map_hint()),
         })
         .collect();
@@ -68,6 +68,38 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
                             "{}: CBF, {sequences} sequences, {samples} samples; {errors} error(s): {}",
                             path.display(),
                             if valid { "valid" } else { "invalid: CNTK cannot read this file" }
+                        );
+                    }
+                }
+                continue;
+            }
+            crate::args::Job::Arrow(path) => {
+                let progress = Progress::bytes(0, "validating", quiet);
+                let r = validate_arrow(path, &vo, &mut |k| progress.set(k));
+                progress.finish();
+                let r = r?;
+                let valid = r.valid();
+                any_invalid |= !valid;
+                let format = r.format.name();
+                if a.json {
+                    reports.push(json!({
+                        "path": path.display().to_string(), "format": format, "valid": valid,
+                        "sequences": r.sequences, "samples": r.samples, "errors": r.total_errors(), "warnings": 0,
+                        "shown": r.fatal.iter().map(error_json).collect::<Vec<_>>(),
+                    }));
+                } else {
+                    if let Some(e) = &r.fatal {
+                        eprint!("{}", render(e));
+                    }
+                    if !quiet || !valid {
+                        eprintln!(
+                            "{}: {}, {} sequences, {} samples; {} error(s): {}",
+                            path.display(),
+                            if r.format == cntkio::convert::Format::Parquet { "Parquet" } else { "Arrow IPC" },
+                            r.sequences,
+                            r.samples,
+                            r.total_errors(),
+                            if valid { "valid" } else { "invalid: the file cannot be read" }
                         );
                     }
                 }

@@ -332,6 +332,26 @@ pub enum ErrorKind {
         problem: String,
     },
 
+    // ---- Parquet and Arrow IPC ------------------------------------------------------------
+    /// A Parquet or Arrow IPC file cannot be decoded, or does not say that it holds cntkio's Arrow mapping
+    /// (its schema lacks the mapping's metadata, or the metadata is unreadable or of another version).
+    #[error("{problem}")]
+    ArrowFormat {
+        /// What is wrong, in words.
+        problem: String,
+    },
+    /// A column of a Parquet or Arrow IPC file does not have the type, or holds values, that cntkio's
+    /// Arrow mapping gives it.
+    #[error("column \"{column}\": expected {expected}, found {found}")]
+    ArrowColumn {
+        /// The column's name.
+        column: String,
+        /// What the mapping asks for there.
+        expected: String,
+        /// What the file has.
+        found: String,
+    },
+
     // ---- Data (found while opening, randomizing or packing the input) ---------------------
     /// Data delivered by a deserializer has no chunks, samples or sequences.
     #[error("the data has no {missing}")]
@@ -551,6 +571,8 @@ impl ErrorKind {
             MissingInput { .. } => ("E0032", "MissingInput"),
             CbfFormat { .. } => ("E0100", "CbfFormat"),
             CompressedData { .. } => ("E0101", "CompressedData"),
+            ArrowFormat { .. } => ("E0102", "ArrowFormat"),
+            ArrowColumn { .. } => ("E0103", "ArrowColumn"),
             NoStreams => ("E1001", "NoStreams"),
             InvalidStream { .. } => ("E1002", "InvalidStream"),
             DuplicateAlias { .. } => ("E1003", "DuplicateAlias"),
@@ -619,6 +641,9 @@ impl ErrorKind {
             }
             EmptySequenceStream { .. } => {
                 "CNTK cannot pack a sequence with an empty stream; remove it, or drop the stream from the schema"
+            }
+            ArrowFormat { .. } | ArrowColumn { .. } => {
+                "cntkio reads Parquet and Arrow IPC files in its Arrow mapping (README: \"Parquet and Arrow\"), as `cntkio convert IN OUT.parquet` writes them"
             }
             UnequalStreamLengths { .. } => {
                 "truncated BPTT needs every stream of a sequence to have as many samples as the others"

@@ -18,13 +18,10 @@ fn threads(n: Option<usize>) -> usize {
     n.filter(|&t| t > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// `"ctf"` or `"cbf"`, by the file's magic number.
+/// `"ctf"`, `"cbf"`, `"parquet"` or `"arrow"`, by the file's magic number.
 #[pyfunction]
 pub fn detect(py: Python<'_>, path: PathBuf) -> PyResult<&'static str> {
-    match py.detach(|| detect_format(&path)).map_err(|e| py_err(at_path(e, &path)))? {
-        Format::Ctf => Ok("ctf"),
-        Format::Cbf => Ok("cbf"),
-    }
+    Ok(py.detach(|| detect_format(&path)).map_err(|e| py_err(at_path(e, &path)))?.name())
 }
 
 /// The `inspect --json` report as JSON text.
@@ -139,9 +136,14 @@ pub fn convert<'py>(
             let how = CbfToCtf { cbf: options, aliases, threads: nthreads, hooks };
             interruptible(py, || cbf_to_ctf(&input, &output, &how, &mut |_| {}), py_err)
         }
+        (Format::Parquet | Format::ArrowIpc, _) => {
+            let hooks = Hooks { cancel: Some(python_signal_raised), ..Hooks::default() };
+            let how = cntkio::arrow::ArrowToCtf { aliases: aliases.unwrap_or_default(), threads: nthreads, hooks };
+            interruptible(py, || cntkio::arrow::arrow_to_ctf(&input, &output, &how, &mut |_| {}), py_err)
+        }
     }?;
     let d = PyDict::new(py);
-    d.set_item("input_format", if format == Format::Ctf { "ctf" } else { "cbf" })?;
+    d.set_item("input_format", format.name())?;
     d.set_item("sequences", summary.sequences)?;
     d.set_item("samples", summary.samples)?;
     d.set_item("chunks", summary.chunks)?;
@@ -183,6 +185,9 @@ pub fn validate<'py>(
             },
             err,
         ),
+        (Format::Parquet | Format::ArrowIpc, _) => {
+            interruptible(py, || cntkio::validate::validate_arrow(&path, &vo, &mut |_| {}), err)
+        }
         // Without streams: checked with the schema its rows suggest.
         (Format::Ctf, _) => interruptible(
             py,
@@ -240,7 +245,7 @@ pub fn validate<'py>(
     }
     let d = PyDict::new(py);
     d.set_item("path", &shown)?;
-    d.set_item("format", if r.format == Format::Ctf { "ctf" } else { "cbf" })?;
+    d.set_item("format", r.format.name())?;
     d.set_item("valid", r.valid())?;
     d.set_item("verdict", r.verdict())?;
     d.set_item("sequences", r.sequences)?;

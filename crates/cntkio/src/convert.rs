@@ -11,25 +11,45 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The two formats.
+/// The input formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// CNTK Text Format.
     Ctf,
     /// CNTK Binary Format.
     Cbf,
+    /// Apache Parquet, in cntkio's [Arrow mapping](crate::arrow).
+    Parquet,
+    /// The Arrow IPC file format, in cntkio's [Arrow mapping](crate::arrow).
+    ArrowIpc,
 }
 
-/// Tells CTF from CBF by the file's first 8 bytes (the CBF magic), not by its name.
+impl Format {
+    /// `ctf`, `cbf`, `parquet` or `arrow`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Ctf => "ctf",
+            Format::Cbf => "cbf",
+            Format::Parquet => "parquet",
+            Format::ArrowIpc => "arrow",
+        }
+    }
+}
+
+/// Tells the formats apart by their magic bytes, not by the file's name: CBF's magic in the first 8
+/// bytes, `PAR1` at both ends (Parquet), `ARROW1` at both ends (Arrow IPC); any other file is CTF.
 pub fn detect_format(path: &Path) -> Result<Format, Error> {
     let f = InputFile::open(path, Access::Read)?;
     let mut head = [0u8; 8];
     let n = f.read_some(0, &mut head)?;
-    Ok(if n == 8 && u64::from_le_bytes(head) == cntkio_core::cbf::MAGIC { Format::Cbf } else { Format::Ctf })
+    if n == 8 && u64::from_le_bytes(head) == cntkio_core::cbf::MAGIC {
+        return Ok(Format::Cbf);
+    }
+    Ok(crate::arrow::detect(&f, &head[..n])?.unwrap_or(Format::Ctf))
 }
 
 /// Writing the output over the input would destroy it (the input is read while the output is written).
-fn refuse_same_file(input: &Path, output: &Path) -> Result<(), Error> {
+pub(crate) fn refuse_same_file(input: &Path, output: &Path) -> Result<(), Error> {
     if let (Ok(a), Ok(b)) = (std::fs::canonicalize(input), std::fs::canonicalize(output)) {
         if a == b {
             let output = output.display().to_string();
@@ -58,7 +78,7 @@ pub struct ConvertSummary {
 
 /// The CTF chunk size used while converting: the CBF writer regroups sequences by its own chunk size, so
 /// reading in smaller pieces only bounds the memory in flight. It never changes the data.
-const CONVERT_READ_CHUNK: u64 = 2 << 20;
+pub(crate) const CONVERT_READ_CHUNK: u64 = 2 << 20;
 
 /// How many bytes of CTF text the writer of a CBF → CTF conversion may hold on their way to the disk.
 const CTF_OUT_PIECE: u64 = 8 << 20;
@@ -167,6 +187,12 @@ pub fn ctf_to_cbf(
         scanned?;
         w
     };
+    finish_cbf(w, input, summary)
+}
+
+/// Finishes a CBF output: `summary` completed with what the writer wrote. Errors: no sequence was
+/// written ([`ErrorKind::NoSequences`], with the input's path), the writer's.
+pub(crate) fn finish_cbf(w: CbfWriter, input: &Path, mut summary: ConvertSummary) -> Result<ConvertSummary, Error> {
     if w.sequences_written() == 0 {
         return Err(Error::new(ErrorKind::NoSequences).with_path(input.display().to_string()));
     }
@@ -240,20 +266,51 @@ pub fn cbf_to_ctf(
 ) -> Result<ConvertSummary, Error> {
     refuse_same_file(input, output)?;
     let cbf = CbfFile::open_with(input, &how.cbf)?;
-    let mut streams = cbf.schema()?.streams().to_vec();
+    let schema = with_aliases(cbf.schema()?, &how.aliases)?;
+    let source = ChunkSource {
+        count: cbf.chunk_count(),
+        read: &mut |k| cbf.read_chunk(k),
+        end_of: &|k| cbf.chunks().get(k + 1).map_or(0, |c| c.offset),
+    };
+    chunks_to_ctf(output, &schema, source, how.threads, how.hooks, progress)
+}
+
+/// `schema` with each stream named in `aliases` (`(name, alias)` pairs) given that alias.
+pub(crate) fn with_aliases(schema: Schema, aliases: &[(String, String)]) -> Result<Schema, Error> {
+    let mut streams = schema.streams().to_vec();
     for s in &mut streams {
-        if let Some((_, a)) = how.aliases.iter().find(|(n, _)| *n == s.name) {
+        if let Some((_, a)) = aliases.iter().find(|(n, _)| *n == s.name) {
             s.alias = a.clone();
         }
     }
-    let schema = Schema::new(streams)?;
-    let tmp = crate::output::temporary_noted(output, how.hooks.on_temporary_file)?;
+    Schema::new(streams)
+}
+
+/// Chunks read one after another, in order: how many, how to read chunk `k`, and the input's byte
+/// offset where chunk `k` ends (for the progress bar).
+pub(crate) struct ChunkSource<'a> {
+    pub(crate) count: usize,
+    pub(crate) read: &'a mut dyn FnMut(usize) -> Result<ChunkData, Error>,
+    pub(crate) end_of: &'a dyn Fn(usize) -> u64,
+}
+
+/// Writes the chunks of `source` as CTF text (see [`cbf_to_ctf`]).
+pub(crate) fn chunks_to_ctf(
+    output: &Path,
+    schema: &Schema,
+    source: ChunkSource<'_>,
+    threads: usize,
+    hooks: Hooks,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ConvertSummary, Error> {
+    let ChunkSource { count, read, end_of } = source;
+    let tmp = crate::output::temporary_noted(output, hooks.on_temporary_file)?;
     // Written as the CBF writer writes: direct I/O from a background thread where the file system
     // allows it (through the page cache, writing a GB cost several seconds of system time).
     let target = crate::output::Target::new(output, tmp.as_file());
     let io = |e| target.error(e);
     let mut out = Sink::new(tmp.as_file(), tmp.path(), true, CTF_OUT_PIECE).map_err(io)?;
-    let threads = match how.threads {
+    let threads = match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
@@ -263,7 +320,7 @@ pub fn cbf_to_ctf(
     type Part = (Arc<ChunkData>, std::ops::Range<usize>);
     let text_of = |(data, seqs): &Part, mut text: Vec<u8>| -> Result<Vec<u8>, Error> {
         text.clear();
-        CtfWriter::new(&schema).write_sequences(data, seqs.clone(), &mut text)?;
+        CtfWriter::new(schema).write_sequences(data, seqs.clone(), &mut text)?;
         Ok(text)
     };
     // Parts travel with their number in file order and the chunk they end, if they end one.
@@ -296,7 +353,7 @@ pub fn cbf_to_ctf(
         // Parts are handed out in file order and written in that order; at most `2 × started` are out
         // (being turned into text, or waiting for those before them).
         let limit = 2 * started;
-        let mut chunks = 0..cbf.chunk_count();
+        let mut chunks = 0..count;
         // The parts of the chunk being handed out.
         let mut queue = std::collections::VecDeque::new();
         let mut pending = std::collections::BTreeMap::new();
@@ -308,8 +365,8 @@ pub fn cbf_to_ctf(
             while sent - done < limit && failed.is_none() {
                 if queue.is_empty() {
                     let Some(k) = chunks.next() else { break };
-                    crate::check_cancel(how.hooks.cancel)?;
-                    let data = match cbf.read_chunk(k) {
+                    crate::check_cancel(hooks.cancel)?;
+                    let data = match read(k) {
                         Ok(d) => Arc::new(d),
                         Err(e) => {
                             failed = Some(e);
@@ -347,7 +404,7 @@ pub fn cbf_to_ctf(
                 done += 1;
                 if let Some(k) = ends {
                     summary.chunks += 1;
-                    progress(cbf.chunks().get(k + 1).map_or(0, |c| c.offset));
+                    progress(end_of(k));
                 }
                 let _ = spare_tx.send(text);
             }

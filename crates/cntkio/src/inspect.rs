@@ -44,6 +44,48 @@ pub enum InspectReport {
     Ctf(CtfReport),
     /// A CBF file's report.
     Cbf(CbfReport),
+    /// A Parquet or Arrow IPC file's report.
+    Arrow(ArrowReport),
+}
+
+/// What a Parquet or Arrow IPC file in cntkio's [Arrow mapping](crate::arrow) holds (see
+/// [`inspect_arrow`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct ArrowReport {
+    /// The file's length.
+    pub bytes: u64,
+    /// The chunks (Parquet row groups, Arrow IPC record batches), in file order.
+    pub chunks: Vec<ArrowChunk>,
+    /// [`Format::Parquet`] or [`Format::ArrowIpc`].
+    #[serde(serialize_with = "format_name")]
+    pub format: Format,
+    /// The version of the Arrow mapping the file is in.
+    pub mapping_version: u32,
+    /// The file, as given.
+    #[serde(serialize_with = "display_path")]
+    pub path: PathBuf,
+    /// `"sequences"` (a row per sequence) or `"samples"` (flattened).
+    #[serde(serialize_with = "rows_name")]
+    pub rows: crate::arrow::Rows,
+    /// Σ of the sequences' declared lengths.
+    pub samples: u64,
+    /// The distribution of the sequences' declared lengths.
+    pub sequence_length: CbfLengths,
+    /// Sequences in the file.
+    pub sequences: u64,
+    /// The streams, in column order.
+    pub streams: Vec<CbfStream>,
+    /// [`REPORT_VERSION`].
+    pub version: u32,
+}
+
+/// A chunk of a Parquet or Arrow IPC file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ArrowChunk {
+    /// Σ of its sequences' declared lengths.
+    pub samples: u64,
+    /// Its sequences (rows).
+    pub sequences: u64,
 }
 
 // The reports' fields are declared in the alphabetical order of their JSON names: version 1 of the shape
@@ -240,6 +282,7 @@ pub struct CbfStream {
 pub fn inspect(path: &Path, skip_sequence_ids: bool) -> Result<InspectReport, Error> {
     match detect_format(path)? {
         Format::Cbf => inspect_cbf(path).map(InspectReport::Cbf),
+        Format::Parquet | Format::ArrowIpc => inspect_arrow(path).map(InspectReport::Arrow),
         Format::Ctf => {
             let file = InputFile::open(path, Access::Read)?;
             inspect_ctf(&file, skip_sequence_ids, &mut |_| {}).map(InspectReport::Ctf)
@@ -323,13 +366,7 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
         for &n in &data.num_samples {
             lengths.add(n);
         }
-        for (i, st) in data.streams.iter().enumerate() {
-            samples[i] += st.num_samples();
-            if let Layout::Sparse { indices, .. } = &st.layout {
-                nnz[i] += indices.len() as u64;
-            }
-            seqs_with[i] += (0..st.num_sequences()).filter(|&q| st.sequence_len(q) > 0).count() as u64;
-        }
+        count_streams(&data, &mut samples, &mut nnz, &mut seqs_with);
         let end = f.chunks().get(k + 1).map_or(f.header().header_offset(), |d| d.offset);
         chunks.push(CbfChunk {
             bytes: end - c.offset,
@@ -375,15 +412,89 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
     })
 }
 
+/// Inspects a Parquet or Arrow IPC file in the mapping: its metadata, and every chunk decoded to count
+/// samples and non-zeros.
+pub fn inspect_arrow(path: &Path) -> Result<ArrowReport, Error> {
+    let f = crate::arrow::ArrowFile::open(path)?;
+    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let schema = f.schema();
+    let n = schema.len();
+    let (mut samples, mut nnz, mut seqs_with) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
+    let mut lengths = LengthStats::default();
+    let mut chunks = Vec::with_capacity(f.chunk_count());
+    let mut data = ChunkData::new(schema);
+    for k in 0..f.chunk_count() {
+        f.read_chunk_into(k, &mut data)?;
+        for &n in &data.num_samples {
+            lengths.add(n);
+        }
+        count_streams(&data, &mut samples, &mut nnz, &mut seqs_with);
+        chunks.push(ArrowChunk {
+            samples: data.num_samples.iter().map(|&x| u64::from(x)).sum(),
+            sequences: data.num_sequences() as u64,
+        });
+    }
+    let q = |p: f64| lengths.quantile(p);
+    let streams = schema
+        .streams()
+        .iter()
+        .enumerate()
+        .map(|(i, s)| CbfStream {
+            dim: u32::try_from(s.dim).unwrap_or(u32::MAX),
+            element_type: s.element_type,
+            name: s.name.clone(),
+            nnz: (s.format == StorageFormat::Sparse).then_some(nnz[i]),
+            samples: samples[i],
+            sequences: seqs_with[i],
+            storage: s.format,
+        })
+        .collect();
+    Ok(ArrowReport {
+        bytes: len,
+        chunks,
+        format: if f.format() == crate::arrow::ArrowFormat::Parquet { Format::Parquet } else { Format::ArrowIpc },
+        mapping_version: crate::arrow::MAPPING_VERSION,
+        path: path.to_path_buf(),
+        rows: f.mapping().rows,
+        samples: u64::try_from(lengths.sum()).unwrap_or(u64::MAX),
+        sequence_length: CbfLengths {
+            exact: lengths.is_exact(),
+            max: q(1.0),
+            min: q(0.0),
+            p50: q(0.5),
+            p90: q(0.9),
+            unit: "declared samples",
+        },
+        sequences: lengths.count(),
+        streams,
+        version: REPORT_VERSION,
+    })
+}
+
+/// Adds each stream's samples, non-zeros and sequences with a sample in `data` to the counts.
+fn count_streams(data: &ChunkData, samples: &mut [u64], nnz: &mut [u64], seqs_with: &mut [u64]) {
+    for (i, st) in data.streams.iter().enumerate() {
+        samples[i] += st.num_samples();
+        if let Layout::Sparse { indices, .. } = &st.layout {
+            nnz[i] += indices.len() as u64;
+        }
+        seqs_with[i] += (0..st.num_sequences()).filter(|&q| st.sequence_len(q) > 0).count() as u64;
+    }
+}
+
 /// The power-of-two histogram of the lengths.
 fn histogram(lengths: &LengthStats) -> Vec<LengthClass> {
     lengths.pow2_classes().map(|(up_to, sequences)| LengthClass { sequences, up_to }).collect()
 }
 
 fn format_name<S: Serializer>(f: &Format, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(match f {
-        Format::Ctf => "ctf",
-        Format::Cbf => "cbf",
+    s.serialize_str(f.name())
+}
+
+fn rows_name<S: Serializer>(r: &crate::arrow::Rows, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match r {
+        crate::arrow::Rows::Sequences => "sequences",
+        crate::arrow::Rows::Samples => "samples",
     })
 }
 
@@ -419,7 +530,7 @@ mod tests {
     }
 
     #[test]
-    fn ctf_and_cbf_reports_list_their_keys_sorted() {
+    fn ctf_cbf_and_arrow_reports_list_their_keys_sorted() {
         let dir = tempfile::tempdir().unwrap();
         let ctf = dir.path().join("a.ctf");
         std::fs::write(&ctf, "0 |x 1 2 |y 3:1\n0 |x 3\n1 |# c\n2 |y 0:1\n").unwrap();
@@ -430,6 +541,13 @@ mod tests {
         let r = inspect(&cbf, false).unwrap();
         let InspectReport::Cbf(c) = &r else { panic!("not CBF") };
         assert_eq!((c.sequences, c.samples, c.chunks.len()), (10, 100, 1));
+        assert_keys_sorted(&r);
+        let pq = dir.path().join("a.parquet");
+        let how = crate::arrow::ToArrow::for_path(&pq).unwrap();
+        crate::arrow::cbf_to_arrow(&cbf, &pq, &Default::default(), &how, &mut |_| {}).unwrap();
+        let r = inspect(&pq, false).unwrap();
+        let InspectReport::Arrow(a) = &r else { panic!("not Parquet") };
+        assert_eq!((a.sequences, a.samples, a.streams[0].nnz.is_some()), (c.sequences, c.samples, true));
         assert_keys_sorted(&r);
     }
 

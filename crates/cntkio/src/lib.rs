@@ -7,6 +7,7 @@ pub use cntkio_core::{
     schema::{ElementType, Schema, StorageFormat, StreamSpec},
 };
 
+pub mod arrow;
 pub mod cbf;
 pub mod compress;
 pub mod config;
@@ -43,4 +44,9 @@ pub(crate) fn check_cancel(cancel: Option<fn() -> bool>) -> Result<(), Error> {
         Some(f) if f() => Err(interrupted()),
         _ => Ok(()),
     }
+}
+
+/// The message of a caught panic (`""` when it carries none).
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default()
 }

@@ -245,7 +245,7 @@ impl Report {
     pub fn valid(&self) -> bool {
         let tolerated = match self.format {
             Format::Ctf => self.errors <= self.max_errors,
-            Format::Cbf => self.errors == 0,
+            Format::Cbf | Format::Parquet | Format::ArrowIpc => self.errors == 0,
         };
         self.fatal.is_none() && self.dropped == 0 && tolerated && !self.is_empty()
     }
@@ -514,4 +514,35 @@ fn check_cbf(
         progress(c.offset);
     }
     Ok(())
+}
+
+/// Validates a Parquet or Arrow IPC file in cntkio's [Arrow mapping](crate::arrow): opens it (its mapping
+/// and column types checked) and decodes every chunk. The file is valid when every chunk decodes; a
+/// failure is [`Report::fatal`]. `progress` gets the number of chunks done. Of `vo`, only `cancel`
+/// applies. Errors: I/O errors only.
+pub fn validate_arrow(path: &Path, vo: &ValidateOptions, progress: &mut dyn FnMut(u64)) -> Result<Report, Error> {
+    let format = crate::convert::detect_format(path)?;
+    let mut r = Report::new(path, format);
+    let res = (|| -> Result<(), Error> {
+        let f = crate::arrow::ArrowFile::open(path)?;
+        r.streams = f.schema().streams().iter().map(|s| (s.name.clone(), s.alias.clone())).collect();
+        let mut data = ChunkData::new(f.schema());
+        for k in 0..f.chunk_count() {
+            crate::check_cancel(vo.cancel)?;
+            f.read_chunk_into(k, &mut data)?;
+            r.sequences += data.num_sequences() as u64;
+            r.samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+            progress(k as u64 + 1);
+        }
+        Ok(())
+    })();
+    match res {
+        Ok(()) => {}
+        Err(e) if e.is_io() => return Err(e),
+        Err(e) => {
+            r.errors = 1;
+            r.fatal = Some(if e.position().path.is_none() { e.with_path(path.display().to_string()) } else { e });
+        }
+    }
+    Ok(r)
 }

@@ -83,11 +83,10 @@ fn load(source: &dyn Deserializer, chunk: u32, spare: Option<SourceChunk>) -> Re
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| source.load_source_chunk(chunk, spare))) {
         Ok(r) => r,
         Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let msg = match crate::panic_message(p.as_ref()) {
+                m if m.is_empty() => "unknown panic".to_string(),
+                m => m,
+            };
             Err(Error::internal(format!("loading chunk {chunk} panicked: {msg}")))
         }
     }

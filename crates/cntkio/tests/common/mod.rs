@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod random;
 pub mod testdata;
 
 use cntkio::{Schema, StorageFormat, StreamSpec};
