@@ -78,9 +78,10 @@ impl InputFile {
         let len = meta.len();
         // Compression is told by the first bytes of regular files (other files cannot be read at an offset).
         let compressed = if meta.is_file() && len >= 4 {
-            let mut head = [0u8; 4];
-            read_exact_at(&file, &mut head, 0).map_err(|e| Error::io(format!("cannot read {shown}"), e))?;
-            match crate::compress::detect(&head) {
+            let mut head = [0u8; 5];
+            let n = if len >= 5 { 5 } else { 4 };
+            read_exact_at(&file, &mut head[..n], 0).map_err(|e| Error::io(format!("cannot read {shown}"), e))?;
+            match crate::compress::detect(&head[..n]) {
                 Some(codec) => Some(Decompressed::open(&file, len, codec, path)?),
                 None => None,
             }

@@ -85,15 +85,18 @@ pub(crate) fn is_skippable(magic: u32) -> bool {
     magic & 0xFFFF_FFF0 == 0x184D_2A50
 }
 
-/// The codec of a file starting with `head` (at least its first 4 bytes), if it is compressed: gzip's
-/// `1f 8b 08` (deflate, the only method gzip defines), zstd's frame magic or a skippable frame's. No CTF
-/// file (text) or CBF file (its own magic) starts with these bytes.
+/// The codec of a file starting with `head` (its first 5 bytes, or 4 for a file that short), if it is
+/// compressed: gzip's `1f 8b 08` (deflate, the only method gzip defines) with the header flags' reserved
+/// bits clear, zstd's frame magic with the frame header descriptor's reserved bit clear, or a skippable
+/// frame's magic. Bytes that break those rules cannot start a compressed file, so such a file is read as it
+/// is (CNTK reads a CTF file that starts with any bytes when sequence ids are skipped); CBF has its own magic.
 pub(crate) fn detect(head: &[u8]) -> Option<Codec> {
     if head.starts_with(&[0x1f, 0x8b, 0x08]) {
-        return Some(Codec::Gzip);
+        return head.get(3).is_none_or(|flags| flags & 0xE0 == 0).then_some(Codec::Gzip);
     }
     let magic = u32::from_le_bytes(head.get(..4)?.try_into().ok()?);
-    (magic == ZSTD_MAGIC || is_skippable(magic)).then_some(Codec::Zstd)
+    let frame = magic == ZSTD_MAGIC && head.get(4).is_none_or(|descriptor| descriptor & 0x08 == 0);
+    (frame || is_skippable(magic)).then_some(Codec::Zstd)
 }
 
 /// The decompressed view of a compressed file.
@@ -230,7 +233,18 @@ mod tests {
         assert_eq!(detect(&ZSTD_MAGIC.to_le_bytes()), Some(Codec::Zstd));
         assert_eq!(detect(&0x184D_2A5Eu32.to_le_bytes()), Some(Codec::Zstd));
         // Text, CBF's magic, a gzip header with another method, too few bytes.
-        for plain in [&b"|x 1 2\n"[..], &cntkio_core::cbf::MAGIC.to_le_bytes(), &[0x1f, 0x8b, 0x07, 0], &[0x28, 0xb5]] {
+        // A frame header descriptor or gzip flags with reserved bits set start no compressed file.
+        let bad_frame = [0x28, 0xb5, 0x2f, 0xfd, 0x58];
+        let bad_flags = [0x1f, 0x8b, 0x08, 0x20, 0];
+        assert_eq!(detect(&[0x28, 0xb5, 0x2f, 0xfd, 0x50]), Some(Codec::Zstd));
+        for plain in [
+            &b"|x 1 2\n"[..],
+            &cntkio_core::cbf::MAGIC.to_le_bytes(),
+            &[0x1f, 0x8b, 0x07, 0],
+            &[0x28, 0xb5],
+            &bad_frame,
+            &bad_flags,
+        ] {
             assert_eq!(detect(plain), None, "{plain:?}");
         }
     }
