@@ -61,6 +61,15 @@ def touch(batch: Dict[str, Any]) -> int:
     return n
 
 
+def rate(batches: Any) -> float:
+    """Samples per second of iterating ``batches`` (an iterable made beforehand), touching each batch."""
+    t = time.perf_counter()
+    n = 0
+    for b in batches:
+        n += touch(b)
+    return n / (time.perf_counter() - t)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path")
@@ -93,14 +102,7 @@ def main() -> None:
         return float(json.loads(out)["samples_per_second"])
 
     def epoch(make: Callable[[], Any]) -> Callable[[], float]:
-        def run() -> float:
-            it = make()
-            t = time.perf_counter()
-            n = 0
-            for b in it:
-                n += touch(b)
-            return n / (time.perf_counter() - t)
-        return run
+        return lambda: rate(make())
 
     paths: Dict[str, Callable[[], float]] = {"native (cntkio batches --bench)": native}
     paths["numpy Loader"] = epoch(lambda: cntkio.Loader(**opts, num_threads=threads))
@@ -187,11 +189,7 @@ def persistent(ct: Any, data_loader: Any, opts: Dict[str, Any], workers: int) ->
     def run() -> float:
         ds.set_epoch(rounds[0])
         rounds[0] += 1
-        t = time.perf_counter()
-        n = 0
-        for b in loader:
-            n += touch(b)
-        return n / (time.perf_counter() - t)
+        return rate(loader)
 
     return run
 
@@ -219,15 +217,7 @@ def dataloader_ceiling(torch: Any, data_loader: Any, opts: Dict[str, Any], worke
             for size in sizes[w::n]:
                 yield {"x_lengths": _Count(size)}
 
-    def run() -> float:
-        loader = data_loader(Items(), batch_size=None, num_workers=workers, persistent_workers=False)
-        t = time.perf_counter()
-        n = 0
-        for b in loader:
-            n += touch(b)
-        return n / (time.perf_counter() - t)
-
-    return run
+    return lambda: rate(data_loader(Items(), batch_size=None, num_workers=workers, persistent_workers=False))
 
 
 def training_rows(torch: Any, opts: Dict[str, Any], threads: int, steps: int) -> Dict[str, Callable[[], float]]:

@@ -153,17 +153,23 @@ impl CtfReader {
     }
 
     /// Chunk `i`'s description with its sequences: as the index has it, or with its sequences found again
-    /// in the file's bytes (read into `buf` when the file is not mapped; see [`CtfReader`]).
+    /// in the file's bytes (see [`CtfReader`]).
     fn chunk_desc(&self, i: usize) -> Result<ChunkDesc, Error> {
         let desc =
             self.index.chunks.get(i).ok_or_else(|| Error::chunk_out_of_range(i as u64, self.index.chunks.len()))?;
         if !self.compact {
             return Ok(desc.clone());
         }
-        let mut buf = Vec::new();
-        let len = usize::try_from(desc.len_bytes).map_err(|_| Error::chunk_out_of_range(i as u64, 0))?;
-        let seqs = self.file.with_bytes(desc.offset, len, &mut buf, |bytes| self.sequences_in(bytes, desc))??;
+        let seqs =
+            self.with_bytes(desc.offset, desc.len_bytes, &mut Vec::new(), |bytes| self.sequences_in(bytes, desc))??;
         Ok(ChunkDesc { sequences: seqs, ..desc.clone() })
+    }
+
+    /// Runs `f` on the `len` bytes of the file at `offset` (a chunk's): borrowed from the map, or read into
+    /// `buf`.
+    fn with_bytes<R>(&self, offset: u64, len: u64, buf: &mut Vec<u8>, f: impl FnOnce(&[u8]) -> R) -> Result<R, Error> {
+        let len = usize::try_from(len).map_err(|_| Error::limit("chunk size in bytes", len, usize::MAX as u64))?;
+        self.file.with_bytes(offset, len, buf, f)
     }
 
     /// The sequences of chunk `desc`, found in its `bytes` (see [`index::chunk_sequences`]).
@@ -201,7 +207,6 @@ impl CtfReader {
             .get(i)
             .cloned()
             .ok_or_else(|| Error::chunk_out_of_range(i as u64, self.index.chunks.len()))?;
-        let compact = self.compact;
         let policy = ParsePolicy {
             stop_after: usize::try_from(self.options.max_errors).unwrap_or(usize::MAX).saturating_add(1),
             keep: 1000,
@@ -213,20 +218,20 @@ impl CtfReader {
         thread_local! {
             static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        let (p, desc) = READ_BUFFER.with(|b| {
+        let p = READ_BUFFER.with(|b| {
             let mut buf = b.take();
             let data = ChunkData::new(self.schema());
-            let r = if compact {
+            let r = if self.compact {
                 // The chunk's sequences found in the bytes the parser reads.
                 let path = self.file.path().display().to_string();
-                usize::try_from(desc.len_bytes).map_err(|_| Error::chunk_out_of_range(i as u64, 0)).and_then(|len| {
-                    self.file.with_bytes(desc.offset, len, &mut buf, |bytes| {
-                        let desc = ChunkDesc { sequences: self.sequences_in(bytes, &desc)?, ..desc.clone() };
-                        Ok((parse_chunk_bytes(bytes, &path, &self.parser, desc.clone(), policy, data), desc))
-                    })?
+                let (offset, len) = (desc.offset, desc.len_bytes);
+                self.with_bytes(offset, len, &mut buf, |bytes| {
+                    let desc = ChunkDesc { sequences: self.sequences_in(bytes, &desc)?, ..desc };
+                    Ok(parse_chunk_bytes(bytes, &path, &self.parser, desc, policy, data))
                 })
+                .and_then(|r| r)
             } else {
-                parse_chunk(&self.file, &self.parser, desc.clone(), policy, &mut buf, data).map(|p| (p, desc))
+                parse_chunk(&self.file, &self.parser, desc, policy, &mut buf, data)
             };
             b.replace(buf);
             r
@@ -236,11 +241,11 @@ impl CtfReader {
             if !b.counted[i] {
                 b.counted[i] = true;
                 apply_budget(&mut b.used, self.options.max_errors, &p)
-                    .map_err(|e| explain(&self.file, self.schema(), &desc, e))?;
+                    .map_err(|e| explain(&self.file, self.schema(), &p.desc, e))?;
             }
         }
         if let Some(f) = p.fatal {
-            return Err(explain(&self.file, self.schema(), &desc, f));
+            return Err(explain(&self.file, self.schema(), &p.desc, f));
         }
         let data = Arc::new(p.data);
         if self.options.keep_data_in_memory {

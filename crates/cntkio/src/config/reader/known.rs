@@ -69,17 +69,7 @@ pub(super) const CBF_INPUT_KEYS: &[&str] = &["alias", "dim", "format", "definesM
 
 /// Levenshtein distance, case-insensitive (for "did you mean").
 pub(super) fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<u8> = a.bytes().map(|c| c.to_ascii_lowercase()).collect();
-    let b: Vec<u8> = b.bytes().map(|c| c.to_ascii_lowercase()).collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur.push((prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+    strsim::levenshtein(&a.to_lowercase(), &b.to_lowercase())
 }
 
 #[cfg(test)]
