@@ -169,9 +169,9 @@ fn cbf_writer_options(a: &ConvertArgs, chunk_size: u64) -> CbfWriterOptions {
 
 /// A CTF input: its schema and options (from the flags, a header file or a config), how it is parsed,
 /// and how it is read (mapped unless --no-mmap, its signals prepared).
-fn ctf_input(a: &ConvertArgs) -> Result<(crate::args::Input, ScanOptions, Access), Error> {
+fn ctf_input(a: &ConvertArgs) -> Result<(cntkio::CtfInput, ScanOptions, Access), Error> {
     let mut input = match &a.header {
-        Some(h) => crate::args::Input {
+        Some(h) => cntkio::CtfInput {
             path: a.input.clone(),
             schema: read_header(h, a.read.precision.as_deref())?,
             options: a.read.options(),

@@ -24,6 +24,10 @@
 //! assert_eq!((r.shown[0].code(), r.shown[0].position().line), ("E0008", Some(2)));
 //! ```
 
+mod summary;
+
+pub use summary::{stream_flag, Problem, Summary, SummaryOptions, SHAPE_VERSION};
+
 use crate::cbf::{CbfFile, CbfOptions};
 use crate::convert::Format;
 use crate::ctf::parse::Tally;
