@@ -30,6 +30,21 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Print the minibatches of CNTK's minibatch source as JSON Lines (randomization, workers, checkpoints).
     Batches(BatchesArgs),
+    /// Rewrite a file (plain, gzip or zstd) as seekable zstd (OUT.zst) or BGZF (OUT.gz), read at any offset.
+    Recompress(RecompressArgs),
+}
+
+/// `recompress`.
+#[derive(Debug, Args)]
+pub struct RecompressArgs {
+    /// Input file, plain or compressed (any content: CTF, CBF).
+    pub input: PathBuf,
+    /// Output file: `.zst` writes seekable zstd, `.gz` BGZF (written to a temporary file beside it, renamed
+    /// when complete).
+    pub output: PathBuf,
+    /// Compressing threads (default: all cores).
+    #[arg(short = 'j', long, value_name = "N")]
+    pub threads: Option<usize>,
 }
 
 /// `batches`.
@@ -99,7 +114,7 @@ pub struct ConvertArgs {
     pub input: PathBuf,
     /// Output file (written to a temporary file beside it, renamed when complete). `.parquet` and `.arrow`
     /// write cntkio's Arrow mapping; from those, `.ctf`/`.txt` writes CTF and `.cbf`/`.bin` CBF; else CTF
-    /// becomes CBF and CBF becomes CTF.
+    /// becomes CBF and CBF becomes CTF. CTF output named `.zst` is written as seekable zstd, `.gz` as BGZF.
     pub output: PathBuf,
     /// Parquet and Arrow output: one row per sample instead of per sequence (every sequence must have
     /// exactly one sample of each stream).

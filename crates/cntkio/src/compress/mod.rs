@@ -28,6 +28,7 @@ mod frames;
 mod spool;
 mod walk;
 mod window;
+mod write;
 
 use crate::Error;
 use std::fs::File;
@@ -36,7 +37,10 @@ use std::sync::Arc;
 
 pub(crate) use frames::Frames;
 pub(crate) use spool::Spool;
+use walk::{SEEKABLE_MAGIC, SEEK_TABLE_FRAME};
 use window::Window;
+pub(crate) use write::refuse as refuse_compressed_output;
+pub use write::OutputCompression;
 
 /// The largest decompressed piece (BGZF block, zstd frame) that the frames view decompresses whole on
 /// demand; files with larger frames are spooled.
