@@ -100,3 +100,25 @@ def test_damaged_compressed_data_is_a_format_error_naming_the_file(examples, tmp
     with pytest.raises(cntkio.FormatError) as e:
         CTFDeserializer(packed, STREAMS).read()
     assert e.value.code == "E0101" and str(packed) in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["out.ctf.zst", "out.ctf.gz"])
+def test_ctf_written_compressed_reads_back_as_the_plain_text(examples, tmp_path, name):
+    cbf = tmp_path / "slots.cbf"
+    cntkio.convert(CTFDeserializer(examples / "slots.ctf", STREAMS, chunk_size=2000), cbf)
+    plain, packed = tmp_path / "out.ctf", tmp_path / name
+    cntkio.convert(cbf, plain)
+    cntkio.convert(cbf, packed)
+    raw = packed.read_bytes()
+    if name.endswith(".gz"):
+        text = gzip.decompress(raw)
+    else:
+        text = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True).read()
+    assert text == plain.read_bytes()
+    # CBF keeps the stream names, which the text then uses as its input names.
+    streams = StreamDefs(
+        query=StreamDef(shape=13, is_sparse=True, defines_mb_size=True),
+        intent=StreamDef(shape=5, is_sparse=True),
+        slots=StreamDef(shape=12, is_sparse=True),
+    )
+    assert arrays(CTFDeserializer(packed, streams).read()) == arrays(CTFDeserializer(plain, streams).read())
