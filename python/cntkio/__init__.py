@@ -70,6 +70,7 @@ __all__ = [
     "convert",
     "detect_format",
     "inspect",
+    "recompress",
     "validate",
 ]
 
@@ -732,6 +733,14 @@ def convert(
             threads,
         )
     )
+
+
+def recompress(input: PathLike, output: PathLike, *, threads: Optional[int] = None) -> int:
+    """Rewrites ``input`` (plain, gzip or zstd; any content) compressed as ``output``'s name says: seekable
+    zstd (``.zst``) or BGZF (``.gz``), whose byte ranges cntkio reads directly (shuffled chunks decompress
+    only what they need) and which ``zstd -d``/``gzip -d`` read as usual. Written to a temporary file and
+    renamed; returns the bytes written. ``cntkio recompress IN OUT`` on the command line."""
+    return int(_native.recompress(_os.fspath(input), _os.fspath(output), threads))
 
 
 class ValidationError(NamedTuple):

@@ -122,3 +122,18 @@ def test_ctf_written_compressed_reads_back_as_the_plain_text(examples, tmp_path,
         slots=StreamDef(shape=12, is_sparse=True),
     )
     assert arrays(CTFDeserializer(packed, streams).read()) == arrays(CTFDeserializer(plain, streams).read())
+
+
+@pytest.mark.parametrize("name", ["data.cbf.zst", "data.cbf.gz"])
+def test_recompress_makes_a_cbf_read_at_any_offset(examples, tmp_path, name):
+    cbf = tmp_path / "data.cbf"
+    cntkio.convert(CTFDeserializer(examples / "slots.ctf", STREAMS, chunk_size=2000), cbf)
+    gz = tmp_path / "data.cbf.gzip"
+    gz.write_bytes(gzip.compress(cbf.read_bytes()))
+    out = tmp_path / name
+    written = cntkio.recompress(gz, out)
+    assert written == out.stat().st_size > 0
+    expected = batches(CBFDeserializer(cbf))
+    assert len(expected) > 10 and batches(CBFDeserializer(out)) == expected
+    with pytest.raises(cntkio.UsageError, match=r"\.zst"):
+        cntkio.recompress(cbf, tmp_path / "x.bin")

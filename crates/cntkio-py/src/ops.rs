@@ -209,3 +209,14 @@ pub fn validate_json<'py>(
     let summary = r.summary(&SummaryOptions { schema: schema.as_ref(), schema_inferred, limit });
     serde_json::to_string(&summary).map_err(|e| usage(format!("cannot encode the report: {e}")))
 }
+
+/// Rewrites `input` (plain or compressed) as seekable zstd (`output` ending in `.zst`) or BGZF (`.gz`);
+/// returns the bytes written.
+#[pyfunction]
+#[pyo3(signature = (input, output, threads = None))]
+pub fn recompress(py: Python<'_>, input: PathBuf, output: PathBuf, threads: Option<usize>) -> PyResult<u64> {
+    let hooks = Hooks { cancel: Some(python_signal_raised), ..Hooks::default() };
+    let nthreads = self::threads(threads);
+    let run = || cntkio::convert::recompress(&input, &output, nthreads, hooks, &mut |_| {});
+    Ok(interruptible(py, run, py_err)?.bytes_written)
+}
