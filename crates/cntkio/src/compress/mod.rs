@@ -372,6 +372,39 @@ mod tests {
         assert!(buf[..100] == data[tail..]);
     }
 
+    /// Threads reading pieces in turn, as parallel parsing does, each at its own pace: every read gives
+    /// the stream's bytes, whether the window still holds them or the spool serves it.
+    #[test]
+    fn threads_reading_in_turn_through_the_window_read_the_stream() {
+        let (data, f) = big_frame();
+        let d = Decompressed::open(&f, f.metadata().unwrap().len(), Codec::Zstd, Path::new("big.zst")).unwrap();
+        d.read_in_order();
+        let piece = window::BLOCK / 2 + 123;
+        let pieces = data.len() / piece;
+        let threads = 3;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (d, data) = (&d, &data);
+                s.spawn(move || {
+                    let mut buf = vec![0u8; piece];
+                    for k in (t..pieces).step_by(threads) {
+                        if k % 50 == t {
+                            std::thread::yield_now();
+                        }
+                        // One thread goes back once, midway: the others go on through the spool.
+                        if t == 1 && k == pieces / 2 {
+                            assert_eq!(d.read_some(7, &mut buf).unwrap(), piece);
+                            assert!(buf == data[7..7 + piece]);
+                        }
+                        assert_eq!(d.read_some((k * piece) as u64, &mut buf).unwrap(), piece);
+                        assert!(buf == data[k * piece..(k + 1) * piece], "piece {k}");
+                    }
+                });
+            }
+        });
+        assert!(d.missed.load(std::sync::atomic::Ordering::Relaxed));
+    }
+
     #[test]
     fn the_window_reads_to_the_end_and_reports_damage() {
         let (data, f) = big_frame();

@@ -51,6 +51,8 @@ struct State {
     furthest: u64,
     /// Dropped blocks, for reuse.
     spare: Vec<Vec<u8>>,
+    /// Given up: every read is a miss.
+    gone: bool,
 }
 
 impl Window {
@@ -67,7 +69,8 @@ impl Window {
     }
 
     /// Fills `buf` with the bytes at `offset` (fewer at the end of the stream), waiting for the thread to
-    /// decompress them; `None` when a part of them was dropped already (nothing is then read).
+    /// decompress them; `None` when a part of them was dropped already, or the window was given up (the
+    /// caller then reads them otherwise, `buf` whole).
     pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> Result<Option<usize>, Error> {
         self.start_thread();
         let mut filled = 0usize;
@@ -78,10 +81,10 @@ impl Window {
                 s.furthest = pos;
                 self.shared.cond.notify_all();
             }
-            while s.done <= pos && !s.finished && pos >= s.first {
+            while s.done <= pos && !s.finished && pos >= s.first && !s.gone {
                 s = self.shared.cond.wait(s).expect("lock");
             }
-            if pos < s.first {
+            if pos < s.first || s.gone {
                 return Ok(None);
             }
             if s.done <= pos {
@@ -110,6 +113,7 @@ impl Window {
     pub(crate) fn give_up(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         let mut s = self.shared.state.lock().expect("lock");
+        s.gone = true;
         s.blocks.clear();
         s.spare.clear();
         self.shared.cond.notify_all();
