@@ -42,6 +42,7 @@ from cntkio._errors import (
 __version__: str = _native.__version__
 
 __all__ = [
+    "ArrowStream",
     "BpttLayout",
     "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
     "FULL_DATA_SWEEP",
@@ -78,6 +79,10 @@ PathLike = Union[str, "_os.PathLike[str]"]
 
 DEFAULT_CHUNK_SIZE: int = _native.DEFAULT_CHUNK_SIZE
 """CNTK's default ``chunkSizeInBytes`` (32 MiB)."""
+
+ArrowStream = _native.ArrowStream
+"""Record batches in cntkio's Arrow mapping for consumers of the Arrow PyCapsule interface
+(``__arrow_c_stream__``): what :meth:`CTFDeserializer.arrow` returns."""
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -219,31 +219,6 @@ impl Schema {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rejects_duplicate_alias_and_two_mains() {
-        let a = StreamSpec::new("a", 1, StorageFormat::Dense).alias("x");
-        let b = StreamSpec::new("b", 1, StorageFormat::Dense).alias("x");
-        let e = Schema::new(vec![a.clone(), b]).unwrap_err();
-        assert_eq!(e.code(), "E1003");
-        let b = StreamSpec::new("b", 1, StorageFormat::Dense).defines_mb_size(true);
-        let e = Schema::new(vec![a.defines_mb_size(true), b]).unwrap_err();
-        assert!(e.to_string().contains("Only a single stream"), "{e}");
-    }
-
-    #[test]
-    fn rejects_bad_alias_and_big_sparse_dim() {
-        let a = StreamSpec::new("a", 1, StorageFormat::Dense).alias("x y");
-        assert!(Schema::new(vec![a]).is_err());
-        let a = StreamSpec::new("a", MAX_SPARSE_DIM + 1, StorageFormat::Sparse);
-        assert!(Schema::new(vec![a]).is_err());
-        assert!(Schema::new(vec![]).is_err());
-    }
-}
-
 /// Renames streams as CNTK's CBF deserializer does (`input = [ newName = [ alias = "nameInFile" ] ]`,
 /// CBF.md §5): each `(name_in_file, new_name)` pair renames every stream of `names` called
 /// `name_in_file` (matched against the names before any rename). Returns the pairs that match no stream
@@ -277,4 +252,29 @@ pub fn rename_streams(
         }
     }
     Ok(unused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_duplicate_alias_and_two_mains() {
+        let a = StreamSpec::new("a", 1, StorageFormat::Dense).alias("x");
+        let b = StreamSpec::new("b", 1, StorageFormat::Dense).alias("x");
+        let e = Schema::new(vec![a.clone(), b]).unwrap_err();
+        assert_eq!(e.code(), "E1003");
+        let b = StreamSpec::new("b", 1, StorageFormat::Dense).defines_mb_size(true);
+        let e = Schema::new(vec![a.defines_mb_size(true), b]).unwrap_err();
+        assert!(e.to_string().contains("Only a single stream"), "{e}");
+    }
+
+    #[test]
+    fn rejects_bad_alias_and_big_sparse_dim() {
+        let a = StreamSpec::new("a", 1, StorageFormat::Dense).alias("x y");
+        assert!(Schema::new(vec![a]).is_err());
+        let a = StreamSpec::new("a", MAX_SPARSE_DIM + 1, StorageFormat::Sparse);
+        assert!(Schema::new(vec![a]).is_err());
+        assert!(Schema::new(vec![]).is_err());
+    }
 }

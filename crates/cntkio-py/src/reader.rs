@@ -77,9 +77,14 @@ impl Deserializer for CbfDeserializer {
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
         match &self.source {
             Stored::Cbf(c) => Ok(Arc::new(read_cbf_chunk(c.file(), chunk as usize, self.precision)?)),
-            Stored::Arrow(a) => match self.precision {
-                Some(t) => Ok(Arc::new(read_arrow_chunk(a.file(), chunk as usize, Some(t))?)),
-                None => a.load_chunk(chunk),
+            // Through the source, which checks the chunk holds the sequences it announced.
+            Stored::Arrow(a) => match (a.load_chunk(chunk)?, self.precision) {
+                (d, None) => Ok(d),
+                (d, Some(t)) => {
+                    let mut d = Arc::try_unwrap(d).unwrap_or_else(|shared| (*shared).clone());
+                    cntkio_core::cbf::convert_element_type(&mut d, t);
+                    Ok(Arc::new(d))
+                }
             },
         }
     }
