@@ -240,3 +240,18 @@ def test_the_command_reads_what_python_wrote(slots, tmp_path):
     )
     report = json.loads(out.stdout)
     assert report["format"] == "parquet"
+
+
+def test_the_readme_example_runs(monkeypatch):
+    pytest.importorskip("duckdb")
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Arrow, Parquet and Ray", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(REPO)
+    ns: dict = {}
+    exec(compile(code, "README.md", "exec"), ns)
+    assert ns["t"].column_names == ["key", "features", "labels"] and ns["t"].num_rows == 300
+    s = ns["s"]  # noqa: F841 (DuckDB finds it by name)
+    assert ns["duckdb"].sql("SELECT count(*), sum(num_samples) FROM s").fetchall() == [(300, 300)]
