@@ -857,6 +857,31 @@ class ValidationReport(NamedTuple):
     file (with the names the file has, and the closest), then each class of warnings counted ("3 sample(s)
     of stream "features" had fewer than 3 values … and were zero-filled"). Also logged, once each, as
     warnings of the ``cntkio`` logger."""
+    schema: List[str] = []
+    """CTF: the schema checked against, each stream as ``--stream`` takes it (``NAME:DIM:dense|sparse[:ALIAS]``)."""
+    schema_inferred: bool = False
+    """CTF: no streams were given; the file was checked with the schema its rows suggest."""
+    stream_samples: Dict[str, int] = {}
+    """CTF: samples read per stream, by name."""
+    missing_inputs: List[Dict[str, Any]] = []
+    """CTF: the schema's inputs that no row has: ``stream``, ``alias``, ``found`` (the names the rows have,
+    with their samples), ``suggestion``, ``text``."""
+    warning_notes: List[Dict[str, Any]] = []
+    """CTF: each class of warnings counted: ``code``, ``count``, ``text``."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The report as the object ``cntkio validate --json`` prints for the file (``files[i]``)."""
+        d = {k: getattr(self, k) for k in _SUMMARY_KEYS}
+        d["errors"] = [e._asdict() for e in self.errors]
+        d["warnings"] = [w._asdict() for w in self.warnings]
+        return d
+
+
+_SUMMARY_KEYS = (
+    "path", "format", "schema_inferred", "schema", "valid", "verdict", "sequences", "samples",
+    "stream_samples", "num_errors", "dropped_sequences", "num_warnings", "max_errors", "errors", "warnings",
+    "missing_inputs", "warning_notes",
+)  # fmt: skip
 
 
 def validate(
@@ -896,13 +921,16 @@ def validate(
         config = _ctf_config(src, config_from, options)
     elif isinstance(config_from, CBFDeserializer):
         config = config_from._config()
-    r = _native.validate(src, config, warnings, int(limit), threads)
-    for note in r["notes"]:
+    r = _json.loads(_native.validate_json(src, config, warnings, int(limit), threads))
+    notes = [m["text"] for m in r["missing_inputs"]]
+    notes += [f"{n['code']}: {n['text']}" for n in r["warning_notes"]]
+    for note in notes:
         _logging.getLogger("cntkio").warning("%s: %s", r["path"], note)
-    fields = {k: r[k] for k in ValidationReport._fields if k not in ("errors", "warnings")}
+    fields = {k: r[k] for k in _SUMMARY_KEYS if k not in ("errors", "warnings")}
     return ValidationReport(
         errors=[_validation_error(e) for e in r["errors"]],
         warnings=[_validation_error(w) for w in r["warnings"]],
+        notes=notes,
         **fields,
     )
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -247,9 +250,6 @@ def test_rust_log_records_reach_logging(real, caplog):
 
 def test_validate_agrees_with_the_cli(tmp_path, bad):
     """cntkio.validate and `cntkio validate --json` are one library function: same verdicts and counts."""
-    import json
-    import subprocess
-    import sys
 
     nothing = tmp_path / "nothing.ctf"
     nothing.write_bytes(b"0 |S2 1:1\n")  # no row mentions the main stream
@@ -262,10 +262,29 @@ def test_validate_agrees_with_the_cli(tmp_path, bad):
             if s["defines_mb_size"]:
                 argv += ["--defines-mb-size", name]
         cli = json.loads(subprocess.run(argv, capture_output=True, text=True).stdout)["files"][0]
-        assert (r.valid, r.verdict, r.sequences, r.samples, r.num_errors) == (
-            cli["valid"], cli["verdict"], cli["sequences"], cli["samples"], cli["errors"]
-        )
-        assert [(e.code, e.line, e.column) for e in r.errors] == [(e["code"], e["line"], e["column"]) for e in cli["shown"]]
+        # One shape: the report as a dict is the command's JSON object for the file, field for field.
+        assert r.to_dict() == cli
+        assert (r.valid, r.num_errors, len(r.errors)) == (cli["valid"], cli["num_errors"], len(cli["errors"]))
     empty = cntkio.validate(nothing, main)
     assert not empty.valid and empty.sequences == 0
     assert empty.verdict == "invalid: no sequence found: no row mentions |S0 (the definesMBSize stream); check the alias"
+
+
+def test_validate_report_is_the_cli_json_for_every_format(tmp_path, examples):
+    """Inferred-schema CTF, CBF and Parquet: cntkio.validate(...).to_dict() is `cntkio validate --json`'s
+    object for the file."""
+    ctf = tmp_path / "t.ctf"
+    ctf.write_text("0 |a 1 2 |b 3:1\n0 |a 1 x\n1 |a 3 4 |b 0:1\n")
+    good = tmp_path / "good.ctf"
+    good.write_text("0 |a 1 2 |b 3:1\n1 |a 3 4 |b 0:1\n")
+    cbf = tmp_path / "good.cbf"
+    cntkio.convert(good, cbf, StreamDefs(a=StreamDef(shape=2), b=StreamDef(shape=4, is_sparse=True)))
+    for path in (ctf, cbf, examples / "slots.ctf"):
+        r = cntkio.validate(path)
+        argv = [sys.executable, "-m", "cntkio", "validate", str(path), "--json"]
+        doc = json.loads(subprocess.run(argv, capture_output=True, text=True).stdout)
+        assert doc["version"] == 2
+        assert r.to_dict() == doc["files"][0], path
+    bad = cntkio.validate(ctf)
+    assert bad.schema_inferred and bad.schema == ["a:2:dense", "b:4:sparse"] and not bad.valid
+    assert bad.errors[0].code == "E0008" and bad.errors[0].sequence_id == 0

@@ -1,7 +1,7 @@
 //! Arguments, and their translation into a schema and reader options.
 
 use clap::{Args, Parser, Subcommand};
-use cntkio::{CtfOptions, ElementType, Error, Schema, StorageFormat, StreamSpec};
+use cntkio::{CtfInput, CtfOptions, ElementType, Error, InputSpec, Schema, StorageFormat, StreamSpec};
 use std::path::PathBuf;
 
 /// Validate, inspect, convert and benchmark CNTK Text Format (CTF) and CNTK Binary Format (CBF) data.
@@ -30,6 +30,21 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Print the minibatches of CNTK's minibatch source as JSON Lines (randomization, workers, checkpoints).
     Batches(BatchesArgs),
+    /// Rewrite a file (plain, gzip or zstd) as seekable zstd (OUT.zst) or BGZF (OUT.gz), read at any offset.
+    Recompress(RecompressArgs),
+}
+
+/// `recompress`.
+#[derive(Debug, Args)]
+pub struct RecompressArgs {
+    /// Input file, plain or compressed (any content: CTF, CBF).
+    pub input: PathBuf,
+    /// Output file: `.zst` writes seekable zstd, `.gz` BGZF (written to a temporary file beside it, renamed
+    /// when complete).
+    pub output: PathBuf,
+    /// Compressing threads (default: all cores).
+    #[arg(short = 'j', long, value_name = "N")]
+    pub threads: Option<usize>,
 }
 
 /// `batches`.
@@ -99,7 +114,7 @@ pub struct ConvertArgs {
     pub input: PathBuf,
     /// Output file (written to a temporary file beside it, renamed when complete). `.parquet` and `.arrow`
     /// write cntkio's Arrow mapping; from those, `.ctf`/`.txt` writes CTF and `.cbf`/`.bin` CBF; else CTF
-    /// becomes CBF and CBF becomes CTF.
+    /// becomes CBF and CBF becomes CTF. CTF output named `.zst` is written as seekable zstd, `.gz` as BGZF.
     pub output: PathBuf,
     /// Parquet and Arrow output: one row per sample instead of per sequence (every sequence must have
     /// exactly one sample of each stream).
@@ -176,17 +191,6 @@ pub struct ReadArgs {
     /// Set a config variable, as on CNTK's command line (`--set defMBSize=true`; repeatable).
     #[arg(long = "set", value_name = "NAME=VALUE", requires = "config")]
     pub set: Vec<String>,
-}
-
-/// One input with how to read it.
-#[derive(Debug, Clone)]
-pub struct Input {
-    /// The file.
-    pub path: PathBuf,
-    /// Its streams.
-    pub schema: Schema,
-    /// Its options.
-    pub options: CtfOptions,
 }
 
 /// `validate`.
@@ -305,80 +309,43 @@ pub fn parse_stream(s: &str, element_type: ElementType) -> Result<StreamSpec, Er
     Ok(spec)
 }
 
-/// One file to work on.
-#[derive(Debug, Clone)]
-pub enum Job {
-    /// A CTF file and how to read it.
-    Ctf(Input),
-    /// A CBF file (it carries its own streams).
-    Cbf(PathBuf),
-    /// A Parquet or Arrow IPC file in cntkio's Arrow mapping (it carries its own streams).
-    Arrow(PathBuf),
-}
-
 impl ReadArgs {
     /// The files to work on, in order: CBF files are recognised by their magic number; CTF files get the
     /// schema of the flags or of the config.
-    pub fn jobs(&self, files: &[PathBuf]) -> Result<Vec<Job>, Error> {
+    pub fn jobs(&self, files: &[PathBuf]) -> Result<Vec<InputSpec>, Error> {
         if self.config.is_some() {
             return self.inputs_with_cbf(files);
         }
         if files.is_empty() {
             return Err(no_input());
         }
-        let mut jobs = Vec::new();
+        // The flags' schema, resolved once for every CTF file.
         let mut ctf: Option<(Schema, CtfOptions)> = None;
-        for f in files {
-            match cntkio::convert::detect_format(f)? {
-                cntkio::convert::Format::Cbf => jobs.push(Job::Cbf(f.clone())),
-                cntkio::convert::Format::Parquet | cntkio::convert::Format::ArrowIpc => {
-                    jobs.push(Job::Arrow(f.clone()))
-                }
-                cntkio::convert::Format::Ctf => {
-                    if ctf.is_none() {
-                        ctf = Some(self.schema_and_options().map_err(|e| match e.kind() {
-                            // No schema, and no CBF magic: if the file is not CTF text either, say so (the
-                            // input's fault), rather than ask for a schema.
-                            cntkio::ErrorKind::NoStreams => cntkio::ctf::check_start(f).err().unwrap_or(e),
-                            _ => e,
-                        })?);
-                    }
-                    let (schema, options) = ctf.clone().expect("set above");
-                    jobs.push(Job::Ctf(Input { path: f.clone(), schema, options }));
-                }
+        let mut schema = || -> Result<(Schema, CtfOptions), Error> {
+            if ctf.is_none() {
+                ctf = Some(self.schema_and_options()?);
             }
-        }
-        Ok(jobs)
+            Ok(ctf.clone().expect("set above"))
+        };
+        files.iter().map(|f| InputSpec::detect(f, &mut schema)).collect()
     }
 
-    /// The jobs of files given without any schema: a CTF file gets the schema its rows suggest
+    /// The inputs of files given without any schema: a CTF file gets the schema its rows suggest
     /// ([`cntkio::ctf::infer_schema`]), for `validate`, which then checks the file's syntax.
-    pub fn inferred_jobs(&self, files: &[PathBuf]) -> Result<Vec<Job>, Error> {
+    pub fn inferred_jobs(&self, files: &[PathBuf]) -> Result<Vec<InputSpec>, Error> {
         let options = self.options();
-        let mut jobs = Vec::new();
-        for f in files {
-            jobs.push(match cntkio::convert::detect_format(f)? {
-                cntkio::convert::Format::Cbf => Job::Cbf(f.clone()),
-                cntkio::convert::Format::Parquet | cntkio::convert::Format::ArrowIpc => Job::Arrow(f.clone()),
-                cntkio::convert::Format::Ctf => {
-                    let file = cntkio::InputFile::open(f, cntkio::Access::Read)?;
-                    let (schema, _) = cntkio::ctf::infer_schema(&file, options.skip_sequence_ids)?;
-                    Job::Ctf(Input { path: f.clone(), schema, options: options.clone() })
-                }
-            });
-        }
-        Ok(jobs)
+        files.iter().map(|f| InputSpec::inferred(f, &options)).collect()
     }
 
     /// The config's deserializers as jobs: CTF ones with their streams, CBF ones as files.
-    fn inputs_with_cbf(&self, files: &[PathBuf]) -> Result<Vec<Job>, Error> {
+    fn inputs_with_cbf(&self, files: &[PathBuf]) -> Result<Vec<InputSpec>, Error> {
         let cbf = self.config_cbf_files()?;
         if !files.is_empty() || cbf.is_empty() {
-            return Ok(self.inputs(files)?.into_iter().map(Job::Ctf).collect());
+            return Ok(self.inputs(files)?.into_iter().map(InputSpec::Ctf).collect());
         }
-        let mut jobs: Vec<Job> = cbf.into_iter().map(Job::Cbf).collect();
+        let mut jobs: Vec<InputSpec> = cbf.into_iter().map(InputSpec::Cbf).collect();
         if let Ok(ctf) = self.inputs(files) {
-            jobs.extend(ctf.into_iter().map(Job::Ctf));
+            jobs.extend(ctf.into_iter().map(InputSpec::Ctf));
         }
         Ok(jobs)
     }
@@ -403,7 +370,7 @@ impl ReadArgs {
     }
 
     /// The inputs to read: `files` with the schema of the flags (or of the config), or the config's files.
-    pub fn inputs(&self, files: &[PathBuf]) -> Result<Vec<Input>, Error> {
+    pub fn inputs(&self, files: &[PathBuf]) -> Result<Vec<CtfInput>, Error> {
         let Some(cfg_path) = &self.config else {
             if files.is_empty() {
                 return Err(no_input());
@@ -411,7 +378,7 @@ impl ReadArgs {
             let (schema, options) = self.schema_and_options()?;
             return Ok(files
                 .iter()
-                .map(|p| Input { path: p.clone(), schema: schema.clone(), options: options.clone() })
+                .map(|p| CtfInput { path: p.clone(), schema: schema.clone(), options: options.clone() })
                 .collect());
         };
         let overrides =
@@ -427,7 +394,7 @@ impl ReadArgs {
         for d in &cfg.deserializers {
             match d {
                 cntkio::config::DeserializerConfig::Ctf { path, schema, options, .. } => {
-                    from_config.push(Input { path: path.clone(), schema: schema.clone(), options: options.clone() })
+                    from_config.push(CtfInput { path: path.clone(), schema: schema.clone(), options: options.clone() })
                 }
                 // CBF deserializers are taken by `jobs`; `convert` needs a CTF input.
                 cntkio::config::DeserializerConfig::Cbf { .. } => {}
@@ -453,7 +420,7 @@ impl ReadArgs {
             let first = &from_config[0];
             files
                 .iter()
-                .map(|p| Input { path: p.clone(), schema: first.schema.clone(), options: first.options.clone() })
+                .map(|p| CtfInput { path: p.clone(), schema: first.schema.clone(), options: first.options.clone() })
                 .collect()
         };
         for i in &mut inputs {
@@ -463,7 +430,7 @@ impl ReadArgs {
     }
 
     /// Flags given beside a config take precedence over it.
-    fn override_config(&self, i: &mut Input) -> Result<(), Error> {
+    fn override_config(&self, i: &mut CtfInput) -> Result<(), Error> {
         if !self.streams.is_empty() {
             let (schema, _) = self.schema_and_options()?;
             i.schema = schema;

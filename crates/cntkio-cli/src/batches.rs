@@ -6,41 +6,13 @@
 //! (OFFSET: samples of the sequence delivered before; the fragment ends it iff OFFSET + its length =
 //! SEQUENCE_LEN).
 
-use crate::args::{BatchesArgs, Job};
+use crate::args::BatchesArgs;
 use crate::output::{push_json_str, push_sequence_samples, write_stdout};
 use crate::EXIT_OK;
-use cntkio::cbf::CbfOptions;
 use cntkio::randomize::Window;
-use cntkio::source::{
-    Batch, CbfSource, Deserializer, Feed, FeedConfig, MinibatchConfig, MinibatchSource, MultiSource, RunLength,
-    SourceState,
-};
-use cntkio::{CtfReader, Error, StreamSpec};
+use cntkio::source::{Batch, Feed, FeedConfig, MinibatchConfig, MinibatchSource, RunLength, SourceState};
+use cntkio::{Error, StreamSpec};
 use std::io::Write;
-use std::sync::Arc;
-
-/// Opens the inputs as one deserializer (several files are concatenated).
-pub fn deserializer(jobs: &[Job], mmap: bool) -> Result<Arc<dyn Deserializer>, Error> {
-    let mut parts: Vec<Arc<dyn Deserializer>> = Vec::new();
-    for job in jobs {
-        parts.push(match job {
-            Job::Ctf(i) if mmap => Arc::new(CtfReader::open_with(
-                &i.path,
-                &i.schema,
-                &i.options,
-                cntkio::Access::Mmap,
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
-            )?),
-            Job::Ctf(i) => Arc::new(CtfReader::open(&i.path, &i.schema, &i.options)?),
-            Job::Cbf(p) => Arc::new(CbfSource::open_with(p, &CbfOptions::default().mmap(mmap))?),
-            Job::Arrow(p) => Arc::new(cntkio::arrow::ArrowSource::open(p)?),
-        });
-    }
-    if parts.len() == 1 {
-        return Ok(parts.pop().expect("one part"));
-    }
-    Ok(Arc::new(MultiSource::new(parts)?))
-}
 
 /// The source configuration given by the flags.
 pub fn config(a: &BatchesArgs) -> MinibatchConfig {
@@ -135,7 +107,7 @@ pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
         return Err(Error::option("--mb-size", "must be > 0"));
     }
     let jobs = a.read.jobs(&a.files)?;
-    let source = deserializer(&jobs, a.read.mmap)?;
+    let source = cntkio::inputs::open_all(&jobs, a.read.mmap, a.read.threads())?;
     let mut src = MinibatchSource::new(source, config(a))?;
     if let Some(p) = &a.restore {
         src.restore(&read_state(p)?)?;

@@ -1,7 +1,7 @@
 //! `cntkio convert`: CTF → CBF and CBF → CTF, chosen by the input's magic number; any of them → Parquet or
 //! Arrow IPC, and those back to CTF or CBF, chosen by the output's extension.
 
-use crate::args::ConvertArgs;
+use crate::args::{ConvertArgs, RecompressArgs};
 use crate::output::Progress;
 use crate::signals::{self, Task};
 use crate::EXIT_OK;
@@ -65,7 +65,12 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
             (format!("{} {what}", input_format.name().to_uppercase()), s)
         }
         (Format::Parquet | Format::ArrowIpc, None) => {
-            let ext = a.output.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).unwrap_or_default();
+            // The format's extension comes before a compression's (`OUT.ctf.zst`).
+            let named = match cntkio::compress::OutputCompression::from_path(&a.output) {
+                Some(_) => Path::new(a.output.file_stem().unwrap_or_default()),
+                None => a.output.as_path(),
+            };
+            let ext = named.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).unwrap_or_default();
             let from = if input_format == Format::Parquet { "Parquet" } else { "Arrow IPC" };
             match ext.as_str() {
                 "ctf" | "txt" => {
@@ -134,6 +139,23 @@ pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
     Ok(EXIT_OK)
 }
 
+/// Runs `recompress`.
+pub fn recompress(a: &RecompressArgs, quiet: bool) -> Result<u8, Error> {
+    let t = Instant::now();
+    let in_len = std::fs::metadata(&a.input).map(|m| m.len()).unwrap_or(0);
+    let progress = Progress::bytes(in_len, "compressing", quiet);
+    let threads = a.threads.unwrap_or(0);
+    let s = converting(&a.output, || {
+        cntkio::convert::recompress(&a.input, &a.output, threads, signals::hooks(), &mut |b| progress.set(b))
+    })?;
+    progress.finish();
+    if !quiet {
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!("{} → {}: {} bytes written in {:.2} s", a.input.display(), a.output.display(), s.bytes_written, secs);
+    }
+    Ok(EXIT_OK)
+}
+
 /// Aliases for CTF text: from a header file or --stream flags, matched by stream name.
 fn aliases(a: &ConvertArgs) -> Result<Vec<(String, String)>, Error> {
     Ok(match &a.header {
@@ -169,9 +191,9 @@ fn cbf_writer_options(a: &ConvertArgs, chunk_size: u64) -> CbfWriterOptions {
 
 /// A CTF input: its schema and options (from the flags, a header file or a config), how it is parsed,
 /// and how it is read (mapped unless --no-mmap, its signals prepared).
-fn ctf_input(a: &ConvertArgs) -> Result<(crate::args::Input, ScanOptions, Access), Error> {
+fn ctf_input(a: &ConvertArgs) -> Result<(cntkio::CtfInput, ScanOptions, Access), Error> {
     let mut input = match &a.header {
-        Some(h) => crate::args::Input {
+        Some(h) => cntkio::CtfInput {
             path: a.input.clone(),
             schema: read_header(h, a.read.precision.as_deref())?,
             options: a.read.options(),

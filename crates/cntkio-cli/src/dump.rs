@@ -4,7 +4,7 @@ use crate::args::DumpArgs;
 use crate::output::{push_dump_records, write_stdout, Progress};
 use crate::EXIT_OK;
 use cntkio::ctf::{scan_file, ScanOptions};
-use cntkio::{Error, InputFile};
+use cntkio::{Error, InputFile, InputSpec};
 use std::io::Write;
 use std::ops::ControlFlow;
 
@@ -17,7 +17,7 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
     let mut out = Vec::with_capacity(1 << 20);
     for job in &jobs {
         let input = match job {
-            crate::args::Job::Cbf(path) => {
+            InputSpec::Cbf(path) => {
                 let progress = Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "dumping", quiet);
                 let r = crate::cbf_cmds::dump(path, a.read.mmap, &mut w, &progress);
                 progress.finish();
@@ -25,13 +25,13 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
                 r?;
                 continue;
             }
-            crate::args::Job::Arrow(path) => {
+            InputSpec::Arrow(path) => {
                 let r = dump_arrow(path, &mut w, quiet);
                 w.flush().map_err(crate::output::stdout_error)?;
                 r?;
                 continue;
             }
-            crate::args::Job::Ctf(input) => input,
+            InputSpec::Ctf(input) => input,
         };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);
         let file = InputFile::open(path, a.read.access())?;

@@ -88,6 +88,7 @@ where
         args::Command::Bench(a) => bench::run(a, cli.quiet),
         args::Command::Convert(a) => convert::run(a, cli.quiet),
         args::Command::Batches(a) => batches::run(a, cli.quiet),
+        args::Command::Recompress(a) => convert::recompress(a, cli.quiet),
     };
     match r {
         Ok(code) => ExitCode::from(code),

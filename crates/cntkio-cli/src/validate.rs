@@ -6,8 +6,11 @@ use crate::render::render;
 use crate::signals::{self, Task};
 use crate::{EXIT_INVALID, EXIT_OK};
 use cntkio::cbf::CbfOptions;
-use cntkio::validate::{validate_arrow, validate_cbf, validate_ctf, Finding, ValidateOptions};
-use cntkio::{Error, InputFile};
+use cntkio::validate::{
+    stream_flag, validate_arrow, validate_cbf, validate_ctf, Finding, Summary, SummaryOptions, ValidateOptions,
+    SHAPE_VERSION,
+};
+use cntkio::{Error, InputFile, InputSpec};
 use serde_json::json;
 use std::path::Path;
 
@@ -18,7 +21,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
         Err(e) if matches!(e.kind(), cntkio::ErrorKind::NoStreams) => (a.read.inferred_jobs(&a.files)?, true),
         r => (r?, false),
     };
-    let mut reports = Vec::new();
+    let mut reports: Vec<Summary> = Vec::new();
     let mut any_invalid = false;
     let vo = ValidateOptions { threads: a.read.threads(), limit: a.limit, warnings: a.warnings, cancel: None };
     // CTF inputs are mapped unless --no-mmap: a file truncated meanwhile raises SIGBUS, which the binary's
@@ -27,14 +30,14 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
     let inputs: Vec<(&Path, &str)> = jobs
         .iter()
         .map(|j| match j {
-            crate::args::Job::Cbf(p) | crate::args::Job::Arrow(p) => (p.as_path(), "leave out --mmap"),
-            crate::args::Job::Ctf(i) => (i.path.as_path(), a.read.no_map_hint()),
+            InputSpec::Cbf(p) | InputSpec::Arrow(p) => (p.as_path(), "leave out --mmap"),
+            InputSpec::Ctf(i) => (i.path.as_path(), a.read.no_map_hint()),
         })
         .collect();
     signals::prepare_for_maps(Task::Validation, &inputs);
     for (i, job) in jobs.iter().enumerate() {
         let input = match job {
-            crate::args::Job::Cbf(path) => {
+            InputSpec::Cbf(path) => {
                 let progress =
                     Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "validating", quiet);
                 signals::reading_mapped(a.read.mmap.then_some(i));
@@ -42,70 +45,57 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
                 signals::reading_mapped(None);
                 progress.finish();
                 let r = r?;
-                // A file that cannot be read is reported without what was found before the failure.
-                let (sequences, samples, problems) = match &r.fatal {
-                    None => (r.sequences, r.samples, &r.problems[..]),
-                    Some(_) => (0, 0, &[][..]),
-                };
-                let errors = problems.iter().filter(|p| p.fatal).count() as u64 + u64::from(r.fatal.is_some());
-                let valid = errors == 0;
-                any_invalid |= !valid;
-                let shown: Vec<&Error> =
-                    r.fatal.iter().chain(problems.iter().map(|p| &p.error)).take(a.limit).collect();
+                let summary = r.summary(&SummaryOptions { schema: None, schema_inferred: false, limit: a.limit });
+                any_invalid |= !summary.valid;
                 if a.json {
-                    reports.push(json!({
-                        "path": path.display().to_string(), "format": "cbf", "valid": valid,
-                        "sequences": sequences, "samples": samples, "errors": errors,
-                        "warnings": problems.iter().filter(|p| !p.fatal).count(),
-                        "shown": shown.iter().map(|e| error_json(e)).collect::<Vec<_>>(),
-                    }));
+                    reports.push(summary);
                 } else {
-                    for e in &shown {
+                    // A file that cannot be read is reported without what was found before the failure.
+                    let shown = r.fatal.iter().chain(r.problems.iter().filter(|_| r.fatal.is_none()).map(|p| &p.error));
+                    for e in shown.take(a.limit) {
                         eprint!("{}", render(e));
                     }
-                    if !quiet || !valid {
+                    if !quiet || !summary.valid {
                         eprintln!(
-                            "{}: CBF, {sequences} sequences, {samples} samples; {errors} error(s): {}",
+                            "{}: CBF, {} sequences, {} samples; {} error(s): {}",
                             path.display(),
-                            if valid { "valid" } else { "invalid: CNTK cannot read this file" }
+                            summary.sequences,
+                            summary.samples,
+                            summary.num_errors,
+                            if summary.valid { "valid" } else { "invalid: CNTK cannot read this file" }
                         );
                     }
                 }
                 continue;
             }
-            crate::args::Job::Arrow(path) => {
+            InputSpec::Arrow(path) => {
                 let progress = Progress::bytes(0, "validating", quiet);
                 let r = validate_arrow(path, &vo, &mut |k| progress.set(k));
                 progress.finish();
                 let r = r?;
-                let valid = r.valid();
-                any_invalid |= !valid;
-                let format = r.format.name();
+                let summary = r.summary(&SummaryOptions { schema: None, schema_inferred: false, limit: a.limit });
+                any_invalid |= !summary.valid;
                 if a.json {
-                    reports.push(json!({
-                        "path": path.display().to_string(), "format": format, "valid": valid,
-                        "sequences": r.sequences, "samples": r.samples, "errors": r.total_errors(), "warnings": 0,
-                        "shown": r.fatal.iter().map(error_json).collect::<Vec<_>>(),
-                    }));
+                    reports.push(summary);
                 } else {
                     if let Some(e) = &r.fatal {
                         eprint!("{}", render(e));
                     }
-                    if !quiet || !valid {
+                    if !quiet || !summary.valid {
                         eprintln!(
                             "{}: {}, {} sequences, {} samples; {} error(s): {}",
                             path.display(),
                             if r.format == cntkio::convert::Format::Parquet { "Parquet" } else { "Arrow IPC" },
-                            r.sequences,
-                            r.samples,
-                            r.total_errors(),
-                            if valid { "valid" } else { "invalid: the file cannot be read" }
+                            summary.sequences,
+                            summary.samples,
+                            summary.num_errors,
+                            if summary.valid { "valid" } else { "invalid: the file cannot be read" }
                         );
                     }
                 }
                 continue;
             }
-            crate::args::Job::Ctf(input) => input,
+            InputSpec::Ctf(input) => input,
         };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);
         if inferred && !quiet && !a.json {
@@ -136,90 +126,42 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
         signals::reading_mapped(None);
         progress.finish();
         let r = r?;
-        let mut shown_json: Vec<serde_json::Value> = r.shown.iter().map(error_json).collect();
-        if let Some(e) = &r.fatal {
-            if shown < a.limit {
-                shown += 1;
-                if a.json {
-                    shown_json.push(error_json(e));
-                } else {
-                    eprint!("{}", render(e));
-                }
+        if let Some(e) = r.fatal.as_ref().filter(|_| shown < a.limit) {
+            shown += 1;
+            if !a.json {
+                eprint!("{}", render(e));
             }
         }
-        let valid = r.valid();
-        any_invalid |= !valid;
-        let verdict = r.verdict();
-        let total = r.total_errors();
+        let summary = r.summary(&SummaryOptions { schema: Some(schema), schema_inferred: inferred, limit: a.limit });
+        any_invalid |= !summary.valid;
         if a.json {
-            reports.push(json!({
-                "path": path.display().to_string(),
-                "format": "ctf",
-                "schema_inferred": inferred,
-                "schema": schema.streams().iter().map(stream_flag).collect::<Vec<_>>(),
-                "valid": valid,
-                "verdict": verdict,
-                "sequences": r.sequences,
-                "samples": r.samples,
-                "stream_samples": schema.streams().iter().zip(&r.stream_samples).map(|(s, n)| (s.name.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
-                "errors": total,
-                "dropped_sequences": r.dropped,
-                "warnings": r.warnings,
-                "max_errors": opts.max_errors,
-                "missing_inputs": r.missing_inputs().iter().map(|m| json!({
-                    "stream": m.stream, "alias": m.alias, "suggestion": m.suggestion,
-                    "found": m.found.iter().map(|(n, c)| json!({"name": n, "samples": c})).collect::<Vec<_>>(),
-                })).collect::<Vec<_>>(),
-                "warning_notes": r.warning_notes().iter().map(|n| json!({
-                    "code": n.code, "count": n.count, "text": n.text,
-                })).collect::<Vec<_>>(),
-                "shown": shown_json,
-            }));
-        } else if !quiet || !valid {
-            let more = total.saturating_sub(shown as u64);
+            reports.push(summary);
+        } else if !quiet || !summary.valid {
+            let more = summary.num_errors.saturating_sub(shown as u64);
             if more > 0 {
                 eprintln!("… and {more} more error(s) not shown (raise --limit to see them)");
             }
-            for m in r.missing_inputs() {
+            for m in &summary.missing_inputs {
                 eprintln!("{}: {m}", path.display());
             }
             let lists = if a.warnings { "" } else { " (--warnings lists them)" };
-            for n in r.warning_notes() {
+            for n in &summary.warning_notes {
                 eprintln!("{}: note[{}]: {}{lists}", path.display(), n.code, n.text);
             }
             eprintln!(
                 "{}: {} sequences, {} samples; {} error(s){}: {}",
                 path.display(),
-                r.sequences,
-                r.samples,
-                total,
-                if r.warnings > 0 { format!(", {} warning(s)", r.warnings) } else { String::new() },
-                verdict
+                summary.sequences,
+                summary.samples,
+                summary.num_errors,
+                if summary.num_warnings > 0 { format!(", {} warning(s)", summary.num_warnings) } else { String::new() },
+                summary.verdict
             );
         }
     }
     if a.json {
-        out!("{}", serde_json::to_string_pretty(&json!({ "version": 1, "files": reports })).expect("json"))?;
+        let doc = json!({ "version": SHAPE_VERSION, "files": reports });
+        out!("{}", serde_json::to_string_pretty(&doc).expect("a summary is plain data"))?;
     }
     Ok(if any_invalid { EXIT_INVALID } else { EXIT_OK })
-}
-
-/// One error as JSON.
-pub fn error_json(e: &Error) -> serde_json::Value {
-    let p = e.position();
-    json!({
-        "code": e.code(),
-        "message": e.kind().to_string(),
-        "path": p.path,
-        "line": p.line,
-        "column": p.column,
-        "byte": p.byte,
-        "sequence": p.sequence_id,
-    })
-}
-
-/// A stream as `--stream` writes it: `NAME:DIM:dense|sparse[:ALIAS]`.
-fn stream_flag(s: &cntkio::StreamSpec) -> String {
-    let alias = if s.alias == s.name { String::new() } else { format!(":{}", s.alias) };
-    format!("{}:{}:{}{alias}", s.name, s.dim, s.format.name())
 }

@@ -791,7 +791,7 @@ fn validate_every_snippet_of_invalid_inputs_matches_the_file() {
     );
     let j: serde_json::Value =
         serde_json::from_slice(&run(args!["validate", &path, &schema, "--json"]).code(0).stdout).unwrap();
-    let shown = j["files"][0]["shown"].as_array().unwrap();
+    let shown = j["files"][0]["errors"].as_array().unwrap();
     assert_eq!(shown.len(), 28);
     for (s, e) in shown.iter().zip(&errs) {
         let (line, col) = line_col(&bytes, s["byte"].as_u64().unwrap());
@@ -823,8 +823,8 @@ fn validate_limit_counts_all_but_shows_n() {
             &run(args!["validate", &path, &base, "--limit", &limit.to_string(), "--json"]).code(0).stdout,
         )
         .unwrap();
-        assert_eq!(j["files"][0]["shown"].as_array().unwrap().len(), shown);
-        assert_eq!(j["files"][0]["errors"], 28);
+        assert_eq!(j["files"][0]["errors"].as_array().unwrap().len(), shown);
+        assert_eq!(j["files"][0]["num_errors"], 28);
     }
 }
 
@@ -838,7 +838,7 @@ fn validate_json_shape() {
     o.code(1);
     assert_eq!(o.stderr, "", "--json prints nothing but the JSON");
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
-    assert_eq!(j["version"], 1);
+    assert_eq!(j["version"], 2);
     let files = j["files"].as_array().unwrap();
     assert_eq!(files.len(), 2);
     let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<BTreeSet<_>>();
@@ -854,11 +854,12 @@ fn validate_json_shape() {
         "warning_notes",
         "schema_inferred",
         "schema",
-        "errors",
+        "num_errors",
         "dropped_sequences",
-        "warnings",
+        "num_warnings",
         "max_errors",
-        "shown",
+        "errors",
+        "warnings",
     ]
     .map(String::from)
     .into();
@@ -869,18 +870,32 @@ fn validate_json_shape() {
     assert_eq!(g["path"], good.display().to_string());
     assert_eq!((g["valid"].as_bool(), g["verdict"].as_str()), (Some(true), Some("valid")));
     assert_eq!(
-        (g["sequences"].as_u64(), g["samples"].as_u64(), g["errors"].as_u64()),
+        (g["sequences"].as_u64(), g["samples"].as_u64(), g["num_errors"].as_u64()),
         (Some(1000), Some(1000), Some(0))
     );
     assert_eq!(g["stream_samples"], serde_json::json!({"x": 1000, "labels": 1000}));
-    assert_eq!(g["shown"], serde_json::json!([]));
+    assert_eq!((&g["errors"], &g["warnings"]), (&serde_json::json!([]), &serde_json::json!([])));
     assert_eq!(g["max_errors"], 0);
     assert_eq!(b["valid"], false);
     assert_eq!(b["verdict"], "invalid: 3 error(s), more than maxErrors = 0");
-    let shown = b["shown"].as_array().unwrap();
+    let shown = b["errors"].as_array().unwrap();
     assert_eq!(shown.len(), 3);
-    let e_keys: BTreeSet<String> =
-        ["code", "message", "path", "line", "column", "byte", "sequence"].map(String::from).into();
+    let e_keys: BTreeSet<String> = [
+        "severity",
+        "category",
+        "code",
+        "kind",
+        "message",
+        "display",
+        "help",
+        "path",
+        "line",
+        "column",
+        "byte",
+        "sequence_id",
+    ]
+    .map(String::from)
+    .into();
     for e in shown {
         assert_eq!(keys(e), e_keys);
         assert_eq!(e["path"], bad.display().to_string());
@@ -890,7 +905,9 @@ fn validate_json_shape() {
         (shown[0]["line"].as_u64(), shown[0]["column"].as_u64(), shown[0]["byte"].as_u64()),
         (Some(2), Some(15), Some(40))
     );
-    assert_eq!(shown[0]["sequence"], 0);
+    assert_eq!((shown[0]["sequence_id"].as_u64(), shown[0]["severity"].as_str()), (Some(0), Some("error")));
+    assert_eq!(shown[0]["kind"], "InvalidNumber");
+    assert!(shown[0]["display"].as_str().unwrap().starts_with(&format!("{}:2:15", bad.display())), "{}", shown[0]);
     let codes: Vec<&str> = shown.iter().map(|e| e["code"].as_str().unwrap()).collect();
     assert_eq!(codes, ["E0008", "E0018", "E0020"]);
 }
@@ -965,7 +982,8 @@ fn validate_warnings() {
         &run(args!["validate", &m, "--stream", "features:1:dense", "--warnings", "--json"]).code(0).stdout,
     )
     .unwrap();
-    assert_eq!((j["files"][0]["warnings"].as_u64(), j["files"][0]["valid"].as_bool()), (Some(1), Some(true)));
+    assert_eq!((j["files"][0]["num_warnings"].as_u64(), j["files"][0]["valid"].as_bool()), (Some(1), Some(true)));
+    assert_eq!(j["files"][0]["warnings"][0]["code"], "W0004");
     let i = real("edge/invalid_inputs.ctf");
     let o = run(args![
         "validate",
@@ -1120,7 +1138,7 @@ fn validate_cbf_files() {
     let f = &j["files"][0];
     assert_eq!((f["format"].as_str(), f["valid"].as_bool()), (Some("cbf"), Some(true)));
     assert_eq!(
-        (f["sequences"].as_u64(), f["samples"].as_u64(), f["errors"].as_u64()),
+        (f["sequences"].as_u64(), f["samples"].as_u64(), f["num_errors"].as_u64()),
         (Some(101), Some(14239), Some(0))
     );
     // CBF and CTF files in one run; one invalid file makes the exit code 1.
@@ -1179,18 +1197,18 @@ fn validate_damaged_cbf_names_the_field() {
             serde_json::from_slice(&run(args!["validate", &p, "--json"]).code(1).stdout).unwrap();
         let f = &j["files"][0];
         assert_eq!(
-            (f["valid"].as_bool(), f["format"].as_str(), f["errors"].as_u64()),
+            (f["valid"].as_bool(), f["format"].as_str(), f["num_errors"].as_u64()),
             (Some(false), Some("cbf"), Some(1))
         );
-        assert_eq!(f["shown"][0]["code"], "E0100");
-        assert!(f["shown"][0]["message"].as_str().unwrap().contains(field));
+        assert_eq!(f["errors"][0]["code"], "E0100");
+        assert!(f["errors"][0]["message"].as_str().unwrap().contains(field));
         // dump and inspect refuse it too.
         run(args!["dump", &p]).code(1).err_has("E0100");
         run(args!["inspect", &p]).code(1).err_has("E0100");
     }
     let o = run(args!["validate", d.path().join("n.bin").as_path(), "--json"]);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["files"][0]["shown"][0]["byte"], 52);
+    assert_eq!(j["files"][0]["errors"][0]["byte"], 52);
 }
 
 // ===================================================================================================
@@ -2423,8 +2441,8 @@ fn validate_json_error_count_matches_the_text_summary() {
     let j: serde_json::Value =
         serde_json::from_slice(&run(args!["validate", &p, &flags, "--json"]).code(1).stdout).unwrap();
     let f = &j["files"][0];
-    assert_eq!(f["shown"].as_array().unwrap().len(), 3);
-    assert_eq!(f["errors"], 3, "{f}");
+    assert_eq!(f["errors"].as_array().unwrap().len(), 3);
+    assert_eq!(f["num_errors"], 3, "{f}");
 }
 
 #[test]

@@ -156,3 +156,43 @@ fn damaged_compressed_input_exits_1_with_a_compressed_data_error() {
         }
     }
 }
+
+/// `convert CBF OUT.ctf.zst|.gz` and `recompress` write files read at any offset: randomized minibatches of
+/// them equal the plain file's; names that ask for what is not written exit 2 and write nothing.
+#[test]
+fn compressed_outputs_give_the_same_minibatches() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let cbf = testdata::real_dir().join("cbf/50x20_jagged_sequences_sparse.bin");
+    let cbf = cbf.to_str().unwrap();
+    for out in ["t.ctf", "t.ctf.zst", "t.ctf.gz"] {
+        let (code, _, err) = cntkio(&["-q", "convert", cbf, &d(out)]);
+        assert_eq!(code, 0, "{err}");
+    }
+    for (input, out) in [(cbf, "r.cbf.zst"), (cbf, "r.cbf.gz"), (&d("t.ctf.gz")[..], "t2.ctf.zst")] {
+        let (code, _, err) = cntkio(&["-q", "recompress", input, &d(out)]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let batches = |file: &str, ctf: bool| {
+        let mut a = vec!["batches", "--mb-size", "7", "--randomize", "--seed", "3", "--max-sweeps", "2", file];
+        if ctf {
+            a.extend(["--chunk-size", "2000", "--stream", "features:100:sparse"]);
+        }
+        let (code, out, err) = cntkio(&a);
+        assert_eq!(code, 0, "{file}: {err}");
+        out
+    };
+    let want = batches(cbf, false);
+    assert!(want.lines().count() > 10);
+    assert!(batches(&d("r.cbf.zst"), false) == want && batches(&d("r.cbf.gz"), false) == want);
+    let want = batches(&d("t.ctf"), true);
+    for f in ["t.ctf.zst", "t.ctf.gz", "t2.ctf.zst"] {
+        assert!(batches(&d(f), true) == want, "{f}");
+    }
+    let (code, _, err) = cntkio(&["recompress", cbf, &d("x.txt")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(".zst") && !dir.path().join("x.txt").exists(), "{err}");
+    let (code, _, err) = cntkio(&["convert", &d("t.ctf"), &d("x.cbf.zst"), "-s", "features:100:sparse"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("recompress") && !dir.path().join("x.cbf.zst").exists(), "{err}");
+}

@@ -17,6 +17,19 @@ pub enum Category {
     Internal,
 }
 
+impl Category {
+    /// The category's name in reports and Python (`io`, `format`, `usage`, `limit`, `internal`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Io => "io",
+            Category::Format => "format",
+            Category::Usage => "usage",
+            Category::Limit => "limit",
+            Category::Internal => "internal",
+        }
+    }
+}
+
 /// Where in an input an error was found. All fields are optional; `line` and `column` are 1-based,
 /// `byte` is a 0-based offset in the file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,35 +1,16 @@
 //! cntkio errors as Python exceptions (the classes live in `cntkio/_errors.py`).
 
-use cntkio::{Category, Error, ErrorKind};
+use cntkio::validate::Problem;
+use cntkio::{Error, ErrorKind};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// The category's name, as `cntkio._errors` knows it.
-fn category_name(c: Category) -> &'static str {
-    match c {
-        Category::Io => "io",
-        Category::Format => "format",
-        Category::Usage => "usage",
-        Category::Limit => "limit",
-        Category::Internal => "internal",
-    }
-}
-
-/// Every field of an error, as a dict: what exceptions and validation results are built from.
+/// Every field of an error, as a dict: what exceptions are built from (those of a validation's problems,
+/// and for I/O errors `errno` and `io_kind`).
 pub fn error_fields<'py>(py: Python<'py>, e: &Error) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let p = e.position();
-    d.set_item("category", category_name(e.category()))?;
-    d.set_item("code", e.code())?;
-    d.set_item("kind", e.kind().name())?;
-    d.set_item("message", e.kind().to_string())?;
-    d.set_item("display", e.to_string())?;
-    d.set_item("help", e.kind().help())?;
-    d.set_item("path", p.path.clone())?;
-    d.set_item("byte", p.byte)?;
-    d.set_item("line", p.line)?;
-    d.set_item("column", p.column)?;
-    d.set_item("sequence_id", p.sequence_id)?;
+    let text = serde_json::to_string(&Problem::of(e)).map_err(|err| PyValueError::new_err(err.to_string()))?;
+    let d = py.import("json")?.call_method1("loads", (text,))?.downcast_into::<PyDict>()?;
     let (errno, io_kind) = match e.kind() {
         ErrorKind::Io { source, .. } => (source.raw_os_error(), Some(format!("{:?}", source.kind()))),
         _ => (None, None),

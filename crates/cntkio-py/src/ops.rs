@@ -1,6 +1,6 @@
 //! Conversion, inspection and validation, for Python.
 
-use crate::errors::{at_path, error_fields, py_err, usage};
+use crate::errors::{at_path, py_err, usage};
 use crate::spec::{from_dict, Spec};
 use cntkio::arrow::{
     arrow_to_arrow, arrow_to_cbf, arrow_to_ctf, cbf_to_arrow, ctf_to_arrow, ArrowFormat, ArrowToCbf, ArrowToCtf,
@@ -10,10 +10,10 @@ use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams};
 use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, ConvertSummary, CtfToCbf, Format, Hooks};
 use cntkio::ctf::ScanOptions;
 use cntkio::inspect::inspect;
-use cntkio::validate::{validate_cbf, validate_ctf, ValidateOptions};
+use cntkio::validate::{validate_cbf, validate_ctf, SummaryOptions, ValidateOptions};
 use cntkio::{Error, InputFile};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyDict;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -217,116 +217,59 @@ fn totals<'py>(py: Python<'py>, format: Format, summary: ConvertSummary) -> PyRe
     Ok(d)
 }
 
-/// Reads everything and reports every error (not only the first): a dict with `valid`, `verdict`,
-/// totals, and `errors` / `warnings` as lists of field dicts (see `errors::error_fields`).
+/// Reads everything and reports every error (not only the first): the JSON text of the library's
+/// validation summary, the object `cntkio validate --json` prints for the file.
 #[pyfunction]
 #[pyo3(signature = (path, config = None, warnings = false, limit = 1000, threads = None))]
-pub fn validate<'py>(
+pub fn validate_json<'py>(
     py: Python<'py>,
     path: PathBuf,
     config: Option<&Bound<'py, PyDict>>,
     warnings: bool,
     limit: usize,
     threads: Option<usize>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<String> {
     let spec = config.map(from_dict).transpose()?;
     let vo = ValidateOptions { threads: self::threads(threads), limit, warnings, cancel: Some(python_signal_raised) };
     let format = py.detach(|| detect_format(&path)).map_err(|e| py_err(at_path(e, &path)))?;
     let err = |e| py_err(at_path(e, &path));
-    let r = match (format, spec) {
+    let (r, schema, schema_inferred) = match (format, spec) {
         (Format::Cbf, spec) => {
             let options = match spec {
                 Some(Spec::Cbf { options, .. }) => options,
                 _ => CbfOptions::default(),
             };
-            interruptible(py, || validate_cbf(&path, &options, &vo, &mut |_| {}), err)
+            (interruptible(py, || validate_cbf(&path, &options, &vo, &mut |_| {}), err)?, None, false)
         }
-        (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => interruptible(
-            py,
-            || {
-                let file = InputFile::open(&path, access)?;
-                validate_ctf(&file, &schema, &options, &vo, &mut |_| {}, &mut |_| {})
-            },
-            err,
-        ),
+        (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => {
+            let r = interruptible(
+                py,
+                || {
+                    let file = InputFile::open(&path, access)?;
+                    validate_ctf(&file, &schema, &options, &vo, &mut |_| {}, &mut |_| {})
+                },
+                err,
+            )?;
+            (r, Some(schema), false)
+        }
         (Format::Parquet | Format::ArrowIpc, _) => {
-            interruptible(py, || cntkio::validate::validate_arrow(&path, &vo, &mut |_| {}), err)
+            (interruptible(py, || cntkio::validate::validate_arrow(&path, &vo, &mut |_| {}), err)?, None, false)
         }
         // Without streams: checked with the schema its rows suggest.
-        (Format::Ctf, _) => interruptible(
-            py,
-            || {
-                let file = InputFile::open(&path, cntkio::Access::Read)?;
-                let (schema, _) = cntkio::ctf::infer_schema(&file, false)?;
-                validate_ctf(&file, &schema, &cntkio::CtfOptions::default(), &vo, &mut |_| {}, &mut |_| {})
-            },
-            err,
-        ),
-    }?;
-    let shown = path.display().to_string();
-    let errors = PyList::empty(py);
-    let warns = PyList::empty(py);
-    let error_dict = |e: &Error, severity: &str| -> PyResult<Bound<'py, PyDict>> {
-        let d = error_fields(py, e)?;
-        if d.get_item("path")?.is_none_or(|p| p.is_none()) {
-            d.set_item("path", &shown)?;
+        (Format::Ctf, _) => {
+            let (r, schema) = interruptible(
+                py,
+                || {
+                    let file = InputFile::open(&path, cntkio::Access::Read)?;
+                    let (schema, _) = cntkio::ctf::infer_schema(&file, false)?;
+                    let opts = cntkio::CtfOptions::default();
+                    Ok((validate_ctf(&file, &schema, &opts, &vo, &mut |_| {}, &mut |_| {})?, schema))
+                },
+                err,
+            )?;
+            (r, Some(schema), true)
         }
-        d.set_item("severity", severity)?;
-        Ok(d)
     };
-    for e in &r.shown {
-        errors.append(error_dict(e, "error")?)?;
-    }
-    let (mut shown_errors, mut shown_warnings) = (0usize, 0usize);
-    for p in &r.problems {
-        if p.fatal && shown_errors < limit {
-            shown_errors += 1;
-            errors.append(error_dict(&p.error, "error")?)?;
-        } else if !p.fatal && shown_warnings < limit {
-            shown_warnings += 1;
-            warns.append(error_dict(&p.error, "warning")?)?;
-        }
-    }
-    if let Some(e) = r.fatal.clone() {
-        errors.append(error_dict(&at_path(e, &path), "error")?)?;
-    }
-    for (w, pos) in &r.shown_warnings {
-        let code = w.code();
-        let d = PyDict::new(py);
-        d.set_item("category", "format")?;
-        d.set_item("code", code)?;
-        d.set_item("kind", "Warning")?;
-        d.set_item("message", w.to_string())?;
-        d.set_item("display", format!("{pos}: warning[{code}]: {w}"))?;
-        d.set_item("help", py.None())?;
-        d.set_item("path", pos.path.clone().unwrap_or_else(|| shown.clone()))?;
-        d.set_item("byte", pos.byte)?;
-        d.set_item("line", pos.line)?;
-        d.set_item("column", pos.column)?;
-        d.set_item("sequence_id", pos.sequence_id)?;
-        d.set_item("severity", "warning")?;
-        warns.append(d)?;
-    }
-    let d = PyDict::new(py);
-    d.set_item("path", &shown)?;
-    d.set_item("format", r.format.name())?;
-    d.set_item("valid", r.valid())?;
-    d.set_item("verdict", r.verdict())?;
-    d.set_item("sequences", r.sequences)?;
-    d.set_item("samples", r.samples)?;
-    d.set_item("num_errors", r.total_errors())?;
-    d.set_item("dropped_sequences", r.dropped)?;
-    d.set_item("num_warnings", r.warnings)?;
-    d.set_item("max_errors", r.max_errors)?;
-    d.set_item("errors", errors)?;
-    d.set_item("warnings", warns)?;
-    let notes = PyList::empty(py);
-    for m in r.missing_inputs() {
-        notes.append(m.to_string())?;
-    }
-    for n in r.warning_notes() {
-        notes.append(format!("{}: {}", n.code, n.text))?;
-    }
-    d.set_item("notes", notes)?;
-    Ok(d)
+    let summary = r.summary(&SummaryOptions { schema: schema.as_ref(), schema_inferred, limit });
+    serde_json::to_string(&summary).map_err(|e| usage(format!("cannot encode the report: {e}")))
 }

@@ -3,6 +3,7 @@
 
 use crate::cbf::sink::Sink;
 use crate::cbf::{CbfFile, CbfOptions, CbfWriter, CbfWriterOptions};
+use crate::compress::OutputCompression;
 use crate::ctf::{scan_file_owned, ScanOptions};
 use crate::input::{Access, InputFile};
 use crate::{ChunkData, CtfOptions, Error, ErrorKind, Schema};
@@ -304,17 +305,11 @@ pub(crate) fn chunks_to_ctf(
     progress: &mut dyn FnMut(u64),
 ) -> Result<ConvertSummary, Error> {
     let ChunkSource { count, read, end_of } = source;
-    let tmp = crate::output::temporary_noted(output, hooks.on_temporary_file)?;
-    // Written as the CBF writer writes: direct I/O from a background thread where the file system
-    // allows it (through the page cache, writing a GB cost several seconds of system time).
-    let target = crate::output::Target::new(output, tmp.as_file());
-    let io = |e| target.error(e);
-    let mut out = Sink::new(tmp.as_file(), tmp.path(), true, CTF_OUT_PIECE).map_err(io)?;
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
+    let mut out = ByteOutput::create(output, hooks)?;
+    let threads = threads_or_cores(threads);
     let mut summary = ConvertSummary::default();
+    // Compressed output: each part's text is compressed as frames of its own.
+    let packing = out.packing;
     // A part of a chunk (a range of its sequences, about `TEXT_PART_VALUES` values) as text. Each part
     // gets a writer of its own: CBF keys are sequence positions, so neighbouring parts never repeat one.
     type Part = (Arc<ChunkData>, std::ops::Range<usize>);
@@ -326,17 +321,30 @@ pub(crate) fn chunks_to_ctf(
     // Parts travel with their number in file order and the chunk they end, if they end one.
     std::thread::scope(|sc| -> Result<(), Error> {
         let (job_tx, job_rx) = crossbeam_channel::unbounded::<(usize, Part, Option<usize>)>();
-        let (res_tx, res_rx) = crossbeam_channel::unbounded::<(usize, Result<Vec<u8>, Error>, Option<usize>)>();
+        type Packed = Result<(Vec<u8>, Vec<(u32, u32)>), Error>;
+        let (res_tx, res_rx) = crossbeam_channel::unbounded::<(usize, Packed, Option<usize>)>();
         // Text buffers written out, for the threads to fill again.
         let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
         let mut started = 0;
         for _ in 0..threads {
             let (job_rx, res_tx, spare_rx, text_of) = (job_rx.clone(), res_tx.clone(), spare_rx.clone(), &text_of);
             let worker = move || {
+                // The text of a part, when it is compressed into the buffer that goes out.
+                let mut scratch = Vec::new();
                 for (i, part, ends) in job_rx {
-                    let text = text_of(&part, spare_rx.try_recv().unwrap_or_default());
+                    let mut out = spare_rx.try_recv().unwrap_or_default();
+                    let packed = match packing {
+                        None => text_of(&part, out).map(|text| (text, Vec::new())),
+                        Some(c) => text_of(&part, std::mem::take(&mut scratch)).and_then(|text| {
+                            out.clear();
+                            let mut sizes = Vec::new();
+                            let r = c.compress(&text, &mut out, &mut sizes);
+                            scratch = text;
+                            r.map(|()| (out, sizes))
+                        }),
+                    };
                     drop(part);
-                    if res_tx.send((i, text, ends)).is_err() {
+                    if res_tx.send((i, packed, ends)).is_err() {
                         break;
                     }
                 }
@@ -398,9 +406,8 @@ pub(crate) fn chunks_to_ctf(
             let (i, r, ends) = res_rx.recv().map_err(|_| stopped())?;
             pending.insert(i, (r, ends));
             while let Some((r, ends)) = pending.remove(&done) {
-                let text = r?;
-                out.put(&text).map_err(io)?;
-                summary.bytes_written += text.len() as u64;
+                let (text, sizes) = r?;
+                out.put(&text, &sizes)?;
                 done += 1;
                 if let Some(k) = ends {
                     summary.chunks += 1;
@@ -411,8 +418,124 @@ pub(crate) fn chunks_to_ctf(
         }
         failed.map_or(Ok(()), Err)
     })?;
-    let len = out.finish().map_err(io)?;
-    tmp.as_file().set_len(len).map_err(io)?;
-    crate::output::persist(tmp, output)?;
+    summary.bytes_written = out.finish()?;
     Ok(summary)
+}
+
+/// `threads`, or one per core for 0.
+fn threads_or_cores(threads: usize) -> usize {
+    match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// Bytes written to a path through a temporary file beside it, renamed over the path when finished: as
+/// they are, or as frames compressed by the caller (on its threads, with [`OutputCompression::compress`])
+/// when the path's name asks for compression, the frames' sizes then making the file's end.
+struct ByteOutput<'a> {
+    path: &'a Path,
+    tmp: tempfile::NamedTempFile,
+    target: crate::output::Target,
+    sink: Sink,
+    /// How the bytes put are compressed, told by the path's name.
+    packing: Option<OutputCompression>,
+    frames: Vec<(u32, u32)>,
+}
+
+impl<'a> ByteOutput<'a> {
+    fn create(path: &'a Path, hooks: Hooks) -> Result<ByteOutput<'a>, Error> {
+        let tmp = crate::output::temporary_noted(path, hooks.on_temporary_file)?;
+        let target = crate::output::Target::new(path, tmp.as_file());
+        // Written as the CBF writer writes: direct I/O from a background thread where the file system
+        // allows it (through the page cache, writing a GB cost several seconds of system time).
+        let sink = Sink::new(tmp.as_file(), tmp.path(), true, CTF_OUT_PIECE).map_err(|e| target.error(e))?;
+        let packing = OutputCompression::from_path(path);
+        Ok(ByteOutput { path, tmp, target, sink, packing, frames: Vec::new() })
+    }
+
+    /// Writes `bytes`: compressed frames of `sizes` (compressed, data) when the output is compressed.
+    fn put(&mut self, bytes: &[u8], sizes: &[(u32, u32)]) -> Result<(), Error> {
+        self.sink.put(bytes).map_err(|e| self.target.error(e))?;
+        self.frames.extend_from_slice(sizes);
+        Ok(())
+    }
+
+    /// Ends the file (a compressed one with its trailer), renames it over the path; the bytes written.
+    fn finish(mut self) -> Result<u64, Error> {
+        if let Some(c) = self.packing {
+            let trailer = c.trailer(&self.frames)?;
+            self.put(&trailer, &[])?;
+        }
+        let io = |e| self.target.error(e);
+        let len = self.sink.finish().map_err(io)?;
+        self.tmp.as_file().set_len(len).map_err(io)?;
+        crate::output::persist(self.tmp, self.path)?;
+        Ok(len)
+    }
+}
+
+/// The pieces of input that [`recompress`] compresses at a time, one per thread.
+const RECOMPRESS_PIECE: usize = 4 << 20;
+
+/// Rewrites `input` (plain, or compressed in any form cntkio reads) compressed as the name of `output`
+/// says: seekable zstd (`.zst`) or BGZF (`.gz`), whose byte ranges are read directly, on `threads`
+/// threads (0: every core). The bytes are copied as they are, whatever the format (CTF or CBF). The output
+/// is written to a temporary file and renamed. `progress` receives the input bytes done.
+pub fn recompress(
+    input: &Path,
+    output: &Path,
+    threads: usize,
+    hooks: Hooks,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ConvertSummary, Error> {
+    use rayon::prelude::*;
+    refuse_same_file(input, output)?;
+    let Some(packing) = OutputCompression::from_path(output) else {
+        return Err(Error::option_value(
+            "OUTPUT",
+            output.display().to_string(),
+            "must end in .zst (seekable zstd) or .gz (BGZF)",
+        ));
+    };
+    let file = InputFile::open(input, Access::Read)?;
+    file.read_in_order();
+    let len = file.len();
+    let mut out = ByteOutput::create(output, hooks)?;
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut pos = 0u64;
+    while pos < len {
+        crate::check_cancel(hooks.cancel)?;
+        let mut n = 0;
+        while n < threads_or_cores(threads) && pos < len {
+            if pieces.len() == n {
+                pieces.push(Piece { data: vec![0; RECOMPRESS_PIECE], ..Piece::default() });
+            }
+            let p = &mut pieces[n];
+            p.used = (len - pos).min(RECOMPRESS_PIECE as u64) as usize;
+            file.read_exact(pos, &mut p.data[..p.used])?;
+            pos += p.used as u64;
+            n += 1;
+        }
+        pieces[..n].par_iter_mut().try_for_each(|p| {
+            p.packed.clear();
+            p.sizes.clear();
+            packing.compress(&p.data[..p.used], &mut p.packed, &mut p.sizes)
+        })?;
+        for p in &pieces[..n] {
+            out.put(&p.packed, &p.sizes)?;
+        }
+        // In bytes of the file as stored (compressed), as a progress bar over its size counts.
+        progress((u128::from(pos) * u128::from(file.stored_len()) / u128::from(len.max(1))) as u64);
+    }
+    Ok(ConvertSummary { bytes_written: out.finish()?, ..ConvertSummary::default() })
+}
+
+/// A piece of [`recompress`]'s input: its bytes (`used` of them), compressed, and its frames' sizes.
+#[derive(Default)]
+struct Piece {
+    data: Vec<u8>,
+    used: usize,
+    packed: Vec<u8>,
+    sizes: Vec<(u32, u32)>,
 }

@@ -109,6 +109,17 @@ impl InputFile {
         Ok(InputFile { path: path.to_path_buf(), file, len, modified: meta.modified().ok(), identity, map, compressed })
     }
 
+    /// Says that the file will be read once, from front to back (a few MiB back and forth, as parallel
+    /// parsing does): a compressed stream that cannot be read at any offset is then decompressed into a
+    /// small window of memory rather than into a temporary file (reads that go back further are served
+    /// all the same, after decompressing the stream again). Only before the first read; no effect on
+    /// other files.
+    pub fn read_in_order(&self) {
+        if let Some(c) = &self.compressed {
+            c.read_in_order();
+        }
+    }
+
     /// The path, as given.
     pub fn path(&self) -> &Path {
         &self.path

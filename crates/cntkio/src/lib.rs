@@ -23,6 +23,7 @@ pub use options::CtfOptions;
 pub mod ctf;
 mod hint;
 pub mod input;
+pub mod inputs;
 mod length_stats;
 mod mmap;
 mod output;
@@ -30,6 +31,7 @@ mod output;
 pub use compress::Compression;
 pub use ctf::{CtfIndex, CtfReader};
 pub use input::{Access, InputFile};
+pub use inputs::{CtfInput, InputSpec};
 
 /// The error of a pass stopped by its caller's `cancel` hook ([`convert::Hooks::cancel`],
 /// [`validate::ValidateOptions::cancel`]): an I/O error of kind

@@ -202,3 +202,86 @@ fn impossible_declared_sizes_are_refused_without_allocating_them() {
         }
     }
 }
+
+/// Decompresses a whole gzip or zstd file with the crates (not with cntkio).
+fn decompressed(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out).unwrap();
+    } else {
+        zstd::stream::read::Decoder::new(bytes).unwrap().read_to_end(&mut out).unwrap();
+    }
+    out
+}
+
+/// CBF → CTF written as seekable zstd and BGZF: the standard decoders give the plain conversion's bytes,
+/// and cntkio reads the files directly (frames), as the plain text.
+#[test]
+fn ctf_written_compressed_decompresses_to_the_plain_text_and_is_read_directly() {
+    let dir = tempfile::tempdir().unwrap();
+    let cbf = real_dir().join("cbf/50x20_jagged_sequences_sparse.bin");
+    let how = cntkio::convert::CbfToCtf { threads: 2, ..Default::default() };
+    let plain = dir.path().join("out.ctf");
+    cntkio::convert::cbf_to_ctf(&cbf, &plain, &how, &mut |_| {}).unwrap();
+    let text = std::fs::read(&plain).unwrap();
+    for (name, compression) in [("out.ctf.zst", Compression::SeekableZstd), ("out.ctf.gz", Compression::Bgzf)] {
+        let path = dir.path().join(name);
+        let s = cntkio::convert::cbf_to_ctf(&cbf, &path, &how, &mut |_| {}).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(s.bytes_written, bytes.len() as u64);
+        assert!(decompressed(&bytes) == text, "{name}");
+        let f = InputFile::open(&path, Access::Read).unwrap();
+        assert_eq!((f.compression(), f.is_direct(), f.len()), (Some(compression), true, text.len() as u64));
+        let mut back = vec![0u8; text.len()];
+        f.read_exact(0, &mut back).unwrap();
+        assert!(back == text);
+    }
+}
+
+/// `recompress`: plain and gzip input → seekable zstd and BGZF of several frames and blocks, read at any
+/// offset; a name without .zst or .gz, and a compressed name for CBF output, are refused and write nothing.
+#[test]
+fn recompress_makes_files_read_at_any_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..9_500_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 27) as u8 + b'0').collect();
+    let plain = dir.path().join("data");
+    std::fs::write(&plain, &data).unwrap();
+    let gz = dir.path().join("data.gz.in");
+    std::fs::write(&gz, compress::gzip(&data)).unwrap();
+    let hooks = cntkio::convert::Hooks::default();
+    for (input, name, compression) in [
+        (&plain, "a.zst", Compression::SeekableZstd),
+        (&gz, "b.zst", Compression::SeekableZstd),
+        (&plain, "c.gz", Compression::Bgzf),
+    ] {
+        let out = dir.path().join(name);
+        let mut last = 0;
+        cntkio::convert::recompress(input, &out, 2, hooks, &mut |b| last = b).unwrap();
+        assert_eq!(last, std::fs::metadata(input).unwrap().len(), "progress ends at the input's size");
+        assert!(decompressed(&std::fs::read(&out).unwrap()) == data, "{name}");
+        let f = InputFile::open(&out, Access::Read).unwrap();
+        assert_eq!((f.compression(), f.is_direct()), (Some(compression), true));
+        for at in [0usize, 65_279, 4 << 20, (4 << 20) - 3, data.len() - 10] {
+            let mut buf = vec![0u8; 10];
+            f.read_exact(at as u64, &mut buf).unwrap();
+            assert!(buf == data[at..at + 10], "{name} at {at}");
+        }
+    }
+    let e = cntkio::convert::recompress(&plain, &dir.path().join("d.txt"), 1, hooks, &mut |_| {}).unwrap_err();
+    assert_eq!(e.code(), "E1006", "{e}");
+    let ctf = dir.path().join("t.ctf");
+    std::fs::write(&ctf, "|a 1\n").unwrap();
+    let schema = cntkio::Schema::new(vec![cntkio::StreamSpec::new("a", 1, cntkio::StorageFormat::Dense)]).unwrap();
+    let out = dir.path().join("t.cbf.zst");
+    let how = cntkio::convert::CtfToCbf {
+        ctf: CtfOptions::default(),
+        writer: cntkio::cbf::CbfWriterOptions::new(1 << 20),
+        scan: Default::default(),
+        access: Access::Read,
+        hooks,
+    };
+    let e = cntkio::convert::ctf_to_cbf(&ctf, &out, &schema, &how, &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("cntkio recompress"), "{e}");
+    assert!(!out.exists());
+}

@@ -265,6 +265,7 @@ fn pipeline(
     how: &ToArrow,
     read: &mut dyn FnMut(Hand<'_>) -> Result<(), Error>,
 ) -> Result<ConvertSummary, Error> {
+    crate::compress::refuse_compressed_output(output, "Parquet or Arrow IPC")?;
     let mut w = BatchWriter::new(output, schema, how)?;
     let (tx, rx) = crossbeam_channel::bounded::<ChunkData>(2);
     let (read_result, written) = std::thread::scope(|sc| {

@@ -212,6 +212,7 @@ impl CbfWriter {
         options: CbfWriterOptions,
         on_temporary_file: Option<fn(&Path)>,
     ) -> Result<CbfWriter, Error> {
+        crate::compress::refuse_compressed_output(path, "CBF")?;
         let path = path.to_path_buf();
         let streams = schema.streams().iter().map(StreamHeader::from_spec).collect::<Result<Vec<_>, Error>>()?;
         let tmp = crate::output::temporary_noted(&path, on_temporary_file)?;

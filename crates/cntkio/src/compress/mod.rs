@@ -16,13 +16,19 @@
 //!   by a thread of its own, into an unlinked temporary file that reads then use; a read waits until the
 //!   thread has passed its end, so parsing overlaps decompression on the first pass, and later random
 //!   reads cost what reads of a plain file cost.
+//! - **Window** ([`window`]): a spooled stream of known length that its reader reads once, in order
+//!   ([`InputFile::read_in_order`](crate::InputFile::read_in_order): a validation), is decompressed into a
+//!   few blocks of memory instead, and no temporary file is written; a read that goes back past them is
+//!   served by the spool, which then decompresses the stream again.
 //!
-//! Memory does not grow with the decompressed size in either view (a decompression bomb fills at most
+//! Memory does not grow with the decompressed size in any view (a decompression bomb fills at most
 //! the temporary directory, which is checked against its free space).
 
 mod frames;
 mod spool;
 mod walk;
+mod window;
+mod write;
 
 use crate::Error;
 use std::fs::File;
@@ -31,6 +37,10 @@ use std::sync::Arc;
 
 pub(crate) use frames::Frames;
 pub(crate) use spool::Spool;
+use walk::{SEEKABLE_MAGIC, SEEK_TABLE_FRAME};
+use window::Window;
+pub(crate) use write::refuse as refuse_compressed_output;
+pub use write::OutputCompression;
 
 /// The largest decompressed piece (BGZF block, zstd frame) that the frames view decompresses whole on
 /// demand; files with larger frames are spooled.
@@ -104,6 +114,13 @@ pub(crate) fn detect(head: &[u8]) -> Option<Codec> {
 pub(crate) struct Decompressed {
     compression: Compression,
     view: View,
+    /// A spooled stream of known length: what a [window](Window) needs (a handle of its own, the codec, the
+    /// path shown).
+    stream: Option<(File, Codec, String)>,
+    /// The window, for a caller that reads once in order ([`Decompressed::read_in_order`]).
+    window: std::sync::OnceLock<Window>,
+    /// Set when a read missed the window: the spool serves every read from then on.
+    missed: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -128,7 +145,12 @@ impl Decompressed {
                 None => (Compression::Zstd, walk::zstd_frames(file, len).map_err(at)?),
             },
         };
-        let file = file.try_clone().map_err(|e| Error::io(format!("cannot open {shown}"), e))?;
+        let clone = || file.try_clone().map_err(|e| Error::io(format!("cannot open {shown}"), e));
+        let stream = match layout {
+            walk::Layout::Stream { len: Some(_) } => Some((clone()?, codec, shown.clone())),
+            _ => None,
+        };
+        let file = clone()?;
         let view = match layout {
             walk::Layout::Frames(list) => View::Frames(Frames::new(file, compression, list, shown)),
             walk::Layout::Stream { len } => View::Spool(Spool::new(file, codec, compression, len, shown)?),
@@ -139,10 +161,27 @@ impl Decompressed {
             compression.name(),
             match &view {
                 View::Frames(f) => format!("{} frames, read directly", f.count()),
-                View::Spool(_) => "decompressed into a temporary file".into(),
+                View::Spool(_) => "decompressed in order, into a temporary file or a window of memory".into(),
             }
         );
-        Ok(Decompressed { compression, view })
+        Ok(Decompressed { compression, view, stream, window: Default::default(), missed: Default::default() })
+    }
+
+    /// Says that the data will be read once, from front to back (give or take a few MiB): a stream that
+    /// would be spooled, of known length and not read yet, is then decompressed into a window of memory
+    /// instead, and no temporary file is written. Reads that go back further than the window keeps are
+    /// served by the spool, which then decompresses the stream again from its start.
+    pub(crate) fn read_in_order(&self) {
+        let (View::Spool(spool), Some((file, codec, path))) = (&self.view, &self.stream) else { return };
+        if spool.started() || self.window.get().is_some() {
+            return;
+        }
+        match file.try_clone() {
+            Ok(f) => {
+                let _ = self.window.set(Window::new(f, *codec, self.compression, path.clone()));
+            }
+            Err(e) => log::debug!("{path}: cannot open it again ({e}): reading it through the spool"),
+        }
     }
 
     /// The compression.
@@ -168,10 +207,82 @@ impl Decompressed {
 
     /// Reads up to `buf.len()` bytes at decompressed offset `offset`; returns how many (0 at the end).
     pub(crate) fn read_some(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
+        use std::sync::atomic::Ordering;
+        if let Some(w) = self.window.get().filter(|_| !self.missed.load(Ordering::Relaxed)) {
+            if let Some(n) = w.read(offset, buf)? {
+                return Ok(n);
+            }
+            if !self.missed.swap(true, Ordering::Relaxed) {
+                log::debug!("a read at {offset} went back past the window: decompressing the stream again into a file");
+                w.give_up();
+            }
+        }
         match &self.view {
             View::Frames(f) => f.read_some(offset, buf),
             View::Spool(s) => s.read_some(offset, buf),
         }
+    }
+}
+
+/// Runs `work` on a decompressing thread of its own, then `finish` with its result (or at once with the
+/// error of starting the thread).
+fn spawn(
+    work: impl FnOnce() -> Result<(), Error> + Send + 'static,
+    finish: impl Fn(Result<(), Error>) + Send + Sync + 'static,
+) {
+    let finish = Arc::new(finish);
+    let after = finish.clone();
+    let spawned = std::thread::Builder::new().name("cntkio-decompress".into()).spawn(move || after(work()));
+    if let Err(e) = spawned {
+        finish(Err(Error::io("cannot start the decompressing thread", e)));
+    }
+}
+
+/// A stream's decompressor, reading `file` from its start.
+pub(crate) struct Stream {
+    decoder: Box<dyn std::io::Read>,
+    watch: IoWatch,
+    compression: Compression,
+    path: String,
+    /// Bytes decompressed so far.
+    done: u64,
+}
+
+impl Stream {
+    pub(crate) fn new(mut file: File, codec: Codec, compression: Compression, path: &str) -> Result<Stream, Error> {
+        use std::io::Seek;
+        // The handle may share its cursor with another (a clone): start from the beginning.
+        file.rewind().map_err(|e| Error::io(format!("cannot read {path}"), e))?;
+        let watch = IoWatch::default();
+        let src = std::io::BufReader::with_capacity(1 << 20, Watched { inner: file, watch: watch.clone() });
+        let decoder: Box<dyn std::io::Read> = match codec {
+            Codec::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(src)),
+            Codec::Zstd => Box::new(
+                zstd::stream::read::Decoder::with_buffer(src).map_err(|e| spool::bad(compression, path, 0, &e))?,
+            ),
+        };
+        Ok(Stream { decoder, watch, compression, path: path.to_string(), done: 0 })
+    }
+
+    /// Fills `buf` with the next bytes; fewer only at the end of the stream. A failed read of the file is
+    /// an I/O error, damaged data a [`compressed`](Error::compressed) one.
+    pub(crate) fn fill(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.decoder.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(match self.watch.take() {
+                        Some(io) => Error::io(format!("cannot read {}", self.path), io),
+                        None => spool::bad(self.compression, &self.path, self.done + n as u64, &e),
+                    })
+                }
+            }
+        }
+        self.done += n as u64;
+        Ok(n)
     }
 }
 
@@ -226,6 +337,66 @@ pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A zstd frame larger than [`FRAME_CAP`] that declares its size: spooled, or read through a window.
+    fn big_frame() -> (Vec<u8>, File) {
+        let data: Vec<u8> = (0..FRAME_CAP as usize + (3 << 20)).map(|i| (i % 251) as u8 ^ (i >> 20) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &zstd::bulk::compress(&data, 1).unwrap()).unwrap();
+        (data, f)
+    }
+
+    #[test]
+    fn a_stream_read_in_order_comes_through_the_window_and_a_read_behind_it_through_the_spool() {
+        let (data, f) = big_frame();
+        let d = Decompressed::open(&f, f.metadata().unwrap().len(), Codec::Zstd, Path::new("big.zst")).unwrap();
+        assert!(!d.is_direct());
+        d.read_in_order();
+        assert!(d.window.get().is_some());
+        assert_eq!(d.len(), data.len() as u64);
+        // In order, as parallel parsing reads: pieces a little out of order.
+        let piece = window::BLOCK;
+        let mut buf = vec![0u8; piece];
+        for k in 0..640usize {
+            let at = (k ^ 1) * piece;
+            assert_eq!(d.read_some(at as u64, &mut buf).unwrap(), piece);
+            assert!(buf == data[at..at + piece], "piece {k}");
+        }
+        assert!(!d.missed.load(std::sync::atomic::Ordering::Relaxed), "no read went back past the window");
+        // Back to the start: served by the spool, then every read, to the end.
+        assert_eq!(d.read_some(5, &mut buf).unwrap(), piece);
+        assert!(buf == data[5..5 + piece]);
+        assert!(d.missed.load(std::sync::atomic::Ordering::Relaxed));
+        let tail = data.len() - 100;
+        assert_eq!(d.read_some(tail as u64, &mut buf).unwrap(), 100);
+        assert!(buf[..100] == data[tail..]);
+    }
+
+    #[test]
+    fn the_window_reads_to_the_end_and_reports_damage() {
+        let (data, f) = big_frame();
+        let len = f.metadata().unwrap().len();
+        let d = Decompressed::open(&f, len, Codec::Zstd, Path::new("big.zst")).unwrap();
+        d.read_in_order();
+        let mut buf = vec![0u8; 3 << 20];
+        let mut at = 0usize;
+        loop {
+            let n = d.read_some(at as u64, &mut buf).unwrap();
+            assert!(buf[..n] == data[at..at + n]);
+            at += n;
+            if n < buf.len() {
+                break;
+            }
+        }
+        assert_eq!(at, data.len());
+        // Truncated: the window's reads meet the decompressor's error.
+        f.set_len(len / 2).unwrap();
+        let d = Decompressed::open(&f, len / 2, Codec::Zstd, Path::new("cut.zst")).unwrap();
+        d.read_in_order();
+        let e = (0..).find_map(|k: u64| d.read_some(k * buf.len() as u64, &mut buf).err()).unwrap();
+        assert_eq!(e.code(), "E0101", "{e}");
+        assert!(e.to_string().contains("cut.zst"), "{e}");
+    }
 
     #[test]
     fn detects_gzip_and_zstd_by_their_first_bytes_only() {

@@ -1,10 +1,10 @@
 //! The spool: a stream decompressed once, in order, by a thread of its own into an unlinked temporary
 //! file, which reads wait on and then read.
 
-use super::{read_exact_at, Codec, Compression, IoWatch, Watched};
+use super::{read_exact_at, Codec, Compression, Stream};
 use crate::Error;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -96,6 +96,11 @@ impl Spool {
         s.done + u64::from(s.error.is_some())
     }
 
+    /// True once a read has started the decompressing thread.
+    pub(crate) fn started(&self) -> bool {
+        self.start.lock().expect("lock").is_none()
+    }
+
     /// Reads up to `buf.len()` bytes at `offset`, waiting for the thread to decompress them.
     pub(crate) fn read_some(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
         let end = offset.saturating_add(buf.len() as u64);
@@ -124,22 +129,16 @@ impl Spool {
     /// Starts the decompressing thread, once.
     fn start_thread(&self) {
         let Some((file, codec)) = self.start.lock().expect("lock").take() else { return };
-        let shared = self.shared.clone();
-        let spawned = std::thread::Builder::new().name("cntkio-decompress".into()).spawn({
-            let shared = shared.clone();
-            move || {
-                let r = decompress(&shared, file, codec);
+        let (worker, shared) = (self.shared.clone(), self.shared.clone());
+        super::spawn(
+            move || decompress(&worker, file, codec),
+            move |r| {
                 let mut s = shared.state.lock().expect("lock");
                 s.finished = true;
                 s.error = r.err();
                 shared.cond.notify_all();
-            }
-        });
-        if let Err(e) = spawned {
-            let mut s = shared.state.lock().expect("lock");
-            s.finished = true;
-            s.error = Some(Error::io("cannot start the decompressing thread", e));
-        }
+            },
+        );
     }
 }
 
@@ -150,16 +149,8 @@ impl Drop for Spool {
 }
 
 /// The thread's work: decompresses the stream into `shared.out` step by step, telling readers after each.
-fn decompress(shared: &Shared, mut file: File, codec: Codec) -> Result<(), Error> {
-    use std::io::Seek;
-    // The handle may share its cursor with another (a clone): start from the beginning.
-    file.rewind().map_err(|e| Error::io(format!("cannot read {}", shared.path), e))?;
-    let watch = IoWatch::default();
-    let src = std::io::BufReader::with_capacity(1 << 20, Watched { inner: file, watch: watch.clone() });
-    let mut decoder: Box<dyn Read> = match codec {
-        Codec::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(src)),
-        Codec::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(src).map_err(|e| bad(shared, 0, &e))?),
-    };
+fn decompress(shared: &Shared, file: File, codec: Codec) -> Result<(), Error> {
+    let mut stream = Stream::new(file, codec, shared.compression, &shared.path)?;
     let mut buf = vec![0u8; STEP];
     let mut out = &shared.out;
     loop {
@@ -167,20 +158,7 @@ fn decompress(shared: &Shared, mut file: File, codec: Codec) -> Result<(), Error
             return Ok(());
         }
         let done = shared.state.lock().expect("lock").done;
-        let mut n = 0;
-        while n < buf.len() {
-            match decoder.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(match watch.take() {
-                        Some(io) => Error::io(format!("cannot read {}", shared.path), io),
-                        None => bad(shared, done + n as u64, &e),
-                    })
-                }
-            }
-        }
+        let n = stream.fill(&mut buf)?;
         if done + n as u64 > shared.limit {
             let dir = std::env::temp_dir();
             return Err(no_room(&shared.path, &dir, done + n as u64, shared.limit));
@@ -201,13 +179,13 @@ fn decompress(shared: &Shared, mut file: File, codec: Codec) -> Result<(), Error
 }
 
 /// The error for damaged data, `done` bytes into the decompressed stream.
-fn bad(shared: &Shared, done: u64, e: &std::io::Error) -> Error {
+pub(super) fn bad(compression: Compression, path: &str, done: u64, e: &std::io::Error) -> Error {
     let what = match e.kind() {
         std::io::ErrorKind::UnexpectedEof => "the compressed data ends early (is the file truncated?)".to_string(),
         _ => e.to_string(),
     };
-    Error::compressed(shared.compression.name(), None, format!("{what}, after {done} decompressed bytes"))
-        .with_path(shared.path.clone())
+    Error::compressed(compression.name(), None, format!("{what}, after {done} decompressed bytes"))
+        .with_path(path.to_string())
 }
 
 /// The error for a decompressed copy that the temporary directory has no room for.

@@ -115,9 +115,9 @@ pub(crate) fn bgzf_blocks(file: &File, len: u64) -> Result<Option<Vec<Frame>>, E
 }
 
 /// The seekable zstd format's magic number, at the very end of the file.
-const SEEKABLE_MAGIC: u32 = 0x8F92_EAB1;
+pub(super) const SEEKABLE_MAGIC: u32 = 0x8F92_EAB1;
 /// The magic number of the skippable frame holding the seek table.
-const SEEK_TABLE_FRAME: u32 = 0x184D_2A5E;
+pub(super) const SEEK_TABLE_FRAME: u32 = 0x184D_2A5E;
 
 /// The frames listed by a seekable zstd file's seek table, or `None` if the file has no (valid) seek
 /// table or a frame is larger than [`FRAME_CAP`]. The table is checked against the file before anything

@@ -24,6 +24,10 @@
 //! assert_eq!((r.shown[0].code(), r.shown[0].position().line), ("E0008", Some(2)));
 //! ```
 
+mod summary;
+
+pub use summary::{stream_flag, Problem, Summary, SummaryOptions, SHAPE_VERSION};
+
 use crate::cbf::{CbfFile, CbfOptions};
 use crate::convert::Format;
 use crate::ctf::parse::Tally;
@@ -358,6 +362,8 @@ pub fn validate_ctf(
     // than PARSE_UNIT: memory is the pieces in flight, whatever CNTK's chunk size (a 32 MiB chunk of tiny
     // sequences takes ten times its size parsed), and the parsers reuse memory still in cache.
     let opts = &CtfOptions { chunk_size: opts.chunk_size.min(PARSE_UNIT), ..opts.clone() };
+    // One pass, in order: a compressed stream is decompressed into memory as it is parsed.
+    file.read_in_order();
     let scan = ScanOptions {
         threads: vo.threads.max(1),
         enforce_max_errors: false,

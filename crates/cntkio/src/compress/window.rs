@@ -1,0 +1,174 @@
+//! The window: a stream decompressed in order, by a thread of its own, into a few blocks of memory that
+//! reads copy from, for a caller that reads the data once from front to back (a validation). Nothing is
+//! written to disk, and the decompressor writes straight into the blocks. The thread stays at most
+//! [`BLOCKS`] blocks ahead of what was dropped, and drops a block only once the furthest read has passed
+//! it by [`HISTORY`] bytes; a read that starts before the oldest block kept is a miss, which the caller
+//! serves otherwise (see [`super::Decompressed`]).
+
+use super::{Codec, Compression, Stream};
+use crate::Error;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Bytes per block (small in tests, so that they go past the window).
+pub(super) const BLOCK: usize = if cfg!(test) { 64 << 10 } else { 4 << 20 };
+/// Blocks kept at most.
+const BLOCKS: usize = 12;
+/// How far behind the furthest read a block is still kept (reads on several threads are not in order).
+const HISTORY: u64 = 4 * BLOCK as u64;
+
+/// A stream decompressed into a window of memory.
+#[derive(Debug)]
+pub(crate) struct Window {
+    shared: Arc<Shared>,
+    /// The compressed file and codec, until the thread takes them (at the first read).
+    start: Mutex<Option<(File, Codec)>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    cond: Condvar,
+    /// Set when the window is dropped or given up: the thread stops.
+    stop: AtomicBool,
+    path: String,
+    compression: Compression,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Offset of the first block kept.
+    first: u64,
+    /// The blocks kept, in order; every one but the stream's last holds [`BLOCK`] bytes.
+    blocks: VecDeque<Arc<Vec<u8>>>,
+    /// Bytes decompressed.
+    done: u64,
+    finished: bool,
+    error: Option<Error>,
+    /// The largest offset a read has asked for.
+    furthest: u64,
+    /// Dropped blocks, for reuse.
+    spare: Vec<Vec<u8>>,
+}
+
+impl Window {
+    /// A window on `file`'s stream; starts no thread.
+    pub(crate) fn new(file: File, codec: Codec, compression: Compression, path: String) -> Window {
+        let shared = Shared {
+            state: Mutex::new(State::default()),
+            cond: Condvar::new(),
+            stop: AtomicBool::new(false),
+            path,
+            compression,
+        };
+        Window { shared: Arc::new(shared), start: Mutex::new(Some((file, codec))) }
+    }
+
+    /// Fills `buf` with the bytes at `offset` (fewer at the end of the stream), waiting for the thread to
+    /// decompress them; `None` when a part of them was dropped already (nothing is then read).
+    pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> Result<Option<usize>, Error> {
+        self.start_thread();
+        let mut filled = 0usize;
+        while filled < buf.len() {
+            let pos = offset + filled as u64;
+            let mut s = self.shared.state.lock().expect("lock");
+            if pos > s.furthest {
+                s.furthest = pos;
+                self.shared.cond.notify_all();
+            }
+            while s.done <= pos && !s.finished && pos >= s.first {
+                s = self.shared.cond.wait(s).expect("lock");
+            }
+            if pos < s.first {
+                return Ok(None);
+            }
+            if s.done <= pos {
+                match &s.error {
+                    Some(e) => return Err(e.clone()),
+                    None => break,
+                }
+            }
+            let end = s.done.min(offset + buf.len() as u64);
+            let (i, j) = (((pos - s.first) as usize) / BLOCK, ((end - 1 - s.first) as usize) / BLOCK);
+            let parts: Vec<(u64, Arc<Vec<u8>>)> =
+                (i..=j).map(|k| (s.first + (k * BLOCK) as u64, s.blocks[k].clone())).collect();
+            drop(s);
+            for (at, block) in parts {
+                let from = (pos.max(at) - at) as usize;
+                let to = (end.min(at + BLOCK as u64) - at) as usize;
+                let into = (at + from as u64 - offset) as usize;
+                buf[into..into + to - from].copy_from_slice(&block[from..to]);
+            }
+            filled = (end - offset) as usize;
+        }
+        Ok(Some(filled))
+    }
+
+    /// Stops the thread: the window is not read any more.
+    pub(crate) fn give_up(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let mut s = self.shared.state.lock().expect("lock");
+        s.blocks.clear();
+        s.spare.clear();
+        self.shared.cond.notify_all();
+    }
+
+    /// Starts the decompressing thread, once.
+    fn start_thread(&self) {
+        let Some((file, codec)) = self.start.lock().expect("lock").take() else { return };
+        let (worker, shared) = (self.shared.clone(), self.shared.clone());
+        super::spawn(
+            move || decompress(&worker, file, codec),
+            move |r| {
+                let mut s = shared.state.lock().expect("lock");
+                s.finished = true;
+                s.error = r.err();
+                shared.cond.notify_all();
+            },
+        );
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        self.give_up();
+    }
+}
+
+/// The thread's work: decompresses the stream block by block, each once there is room for it.
+fn decompress(shared: &Shared, file: File, codec: Codec) -> Result<(), Error> {
+    let mut stream = Stream::new(file, codec, shared.compression, &shared.path)?;
+    loop {
+        let mut block = {
+            let mut s = shared.state.lock().expect("lock");
+            loop {
+                if shared.stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                if s.blocks.len() < BLOCKS {
+                    break;
+                }
+                if s.first + BLOCK as u64 + HISTORY <= s.furthest {
+                    let old = s.blocks.pop_front().expect("full");
+                    s.first += BLOCK as u64;
+                    if let Ok(v) = Arc::try_unwrap(old) {
+                        s.spare.push(v);
+                    }
+                    break;
+                }
+                s = shared.cond.wait(s).expect("lock");
+            }
+            s.spare.pop().unwrap_or_else(|| vec![0u8; BLOCK])
+        };
+        let n = stream.fill(&mut block)?;
+        let mut s = shared.state.lock().expect("lock");
+        s.blocks.push_back(Arc::new(block));
+        s.done += n as u64;
+        shared.cond.notify_all();
+        if n < BLOCK {
+            return Ok(());
+        }
+    }
+}
