@@ -42,6 +42,7 @@ from cntkio._errors import (
 __version__: str = _native.__version__
 
 __all__ = [
+    "ArrowStream",
     "BpttLayout",
     "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
     "FULL_DATA_SWEEP",
@@ -70,6 +71,7 @@ __all__ = [
     "convert",
     "detect_format",
     "inspect",
+    "read_arrow",
     "recompress",
     "validate",
 ]
@@ -78,6 +80,10 @@ PathLike = Union[str, "_os.PathLike[str]"]
 
 DEFAULT_CHUNK_SIZE: int = _native.DEFAULT_CHUNK_SIZE
 """CNTK's default ``chunkSizeInBytes`` (32 MiB)."""
+
+ArrowStream = _native.ArrowStream
+"""Record batches in cntkio's Arrow mapping for consumers of the Arrow PyCapsule interface
+(``__arrow_c_stream__``): what :meth:`CTFDeserializer.arrow` returns."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -575,6 +581,15 @@ class _Deserializer(dict):  # type: ignore[type-arg]
         infos = self.stream_infos()
         return _data(infos, _native.read_all(self._config(), threads))
 
+    def arrow(self, chunks: Optional[range] = None, *, flatten: bool = False) -> Any:
+        """The chunks ``chunks`` (default: all) as an Arrow stream in cntkio's Arrow mapping (README, "Arrow
+        and Parquet"): an object with ``__arrow_c_stream__``, which ``pyarrow.table(...)``,
+        ``polars.DataFrame(...)`` and DuckDB read without copying the values. Chunks are loaded one at a
+        time as the consumer reads; each consumer gets the stream from the first chunk. ``flatten``: one
+        row per sample (every sequence must have one sample of each stream)."""
+        start, stop = _chunk_range(chunks)
+        return self.open().arrow_stream(start, stop, bool(flatten))
+
 
 def _rebuild_deserializer(cls: type, config: Dict[str, Any]) -> Any:
     d = dict.__new__(cls)
@@ -659,7 +674,8 @@ class CBFDeserializer(_Deserializer):
 
 
 def detect_format(path: PathLike) -> str:
-    """``"ctf"`` or ``"cbf"``, by the file's magic number (not its name)."""
+    """``"ctf"``, ``"cbf"``, ``"parquet"`` or ``"arrow"`` (Arrow IPC), by the file's magic number (not its
+    name)."""
     return str(_native.detect(_os.fspath(path)))
 
 
@@ -694,8 +710,13 @@ def convert(
     ctf2bin_compatible: bool = False,
     skip_bad_sequences: bool = False,
     threads: Optional[int] = None,
+    flatten: bool = False,
+    row_group_size: Optional[int] = None,
 ) -> Dict[str, Any]:
-    """Converts CTF → CBF or CBF → CTF (the input's format is detected by its magic number).
+    """Converts CTF → CBF or CBF → CTF (the input's format is detected by its magic number); any of them
+    → Parquet or Arrow IPC when ``output`` ends in ``.parquet`` or ``.arrow`` (cntkio's Arrow mapping; one
+    row per sample with ``flatten``; at most ``row_group_size`` rows per Parquet row group or IPC record
+    batch, which are the chunks when it is read), and those → CBF (``.cbf``, ``.bin``) or else CTF.
 
     CTF input needs its streams: ``streams`` (a :class:`StreamDefs`) or a :class:`CTFDeserializer` as
     ``input`` (its options apply). CBF input: ``streams`` optionally gives the alias written after ``|``
@@ -731,6 +752,8 @@ def convert(
             ctf2bin_compatible,
             skip_bad_sequences,
             threads,
+            bool(flatten),
+            row_group_size,
         )
     )
 
@@ -741,6 +764,62 @@ def recompress(input: PathLike, output: PathLike, *, threads: Optional[int] = No
     only what they need) and which ``zstd -d``/``gzip -d`` read as usual. Written to a temporary file and
     renamed; returns the bytes written. ``cntkio recompress IN OUT`` on the command line."""
     return int(_native.recompress(_os.fspath(input), _os.fspath(output), threads))
+
+
+def _chunk_range(chunks: Any) -> Tuple[Optional[int], Optional[int]]:
+    if chunks is None:
+        return None, None
+    if not isinstance(chunks, range) or chunks.step != 1 or chunks.start < 0 or chunks.stop < chunks.start:
+        raise UsageError(f"chunks must be a range of chunk numbers with step 1, as range(start, stop); found {chunks!r}")
+    return chunks.start, chunks.stop
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+    except ImportError:
+        raise UsageError(
+            "cntkio.read_arrow returns a pyarrow.Table and needs pyarrow: pip install pyarrow "
+            "(or pip install cntkio[arrow])"
+        ) from None
+    return pyarrow
+
+
+def _open_any(source: Union[PathLike, _Deserializer], streams: Any, options: Dict[str, Any]) -> _Deserializer:
+    if isinstance(source, _Deserializer):
+        if streams is not None or options:
+            raise UsageError("give streams and options to the deserializer, not with it")
+        return source
+    path = _os.fspath(source)
+    if detect_format(path) == "ctf":
+        if streams is None:
+            raise UsageError(f"{path} is CTF: reading it needs its streams (a StreamDefs)")
+        return CTFDeserializer(path, streams, **options)
+    return CBFDeserializer(path, streams, **options)
+
+
+def read_arrow(
+    source: Union[PathLike, _Deserializer],
+    streams: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    *,
+    chunks: Optional[range] = None,
+    flatten: bool = False,
+    **options: Any,
+) -> Any:
+    """A file (CTF, CBF, Parquet or Arrow IPC), or the chunks ``chunks`` of it (``range(start, stop)``), as a
+    ``pyarrow.Table`` in cntkio's Arrow mapping (README, "Arrow and Parquet"): one row per sequence with its
+    ``key``, ``num_samples`` and a column per stream; ``flatten``: one row per sample. ``source`` is a path
+    (CTF needs ``streams``, a :class:`StreamDefs`; other formats take ``streams`` as renames, as
+    :class:`CBFDeserializer` does; ``options`` are the deserializer's) or a deserializer. The values are
+    handed to pyarrow without a copy. Needs pyarrow (``pip install cntkio[arrow]``)."""
+    pa = _pyarrow()
+    d = _open_any(source, streams, options)
+    start, stop = _chunk_range(chunks)
+    stream = d.open().read_arrow(start, stop, bool(flatten))
+    if hasattr(pa.RecordBatchReader, "from_stream"):
+        return pa.RecordBatchReader.from_stream(stream).read_all()
+    # pyarrow 14: the interface without its public entry point.
+    return pa.RecordBatchReader._import_from_c_capsule(stream.__arrow_c_stream__()).read_all()
 
 
 class ValidationError(NamedTuple):

@@ -60,9 +60,9 @@ class Loader(_iterable_base()):  # type: ignore[misc]
     Args:
         deserializers: a deserializer or a list (joined by key as CNTK does, or read one after another
             with ``concat=True``).
-        paths: instead of ``deserializers``: one or more CTF/CBF files (format by magic number), read one
-            after another; ``streams`` (a :class:`cntkio.StreamDefs`) is required for CTF, and the other
-            keywords (``chunkSizeInBytes``, ``maxErrors``, …) are deserializer options.
+        paths: instead of ``deserializers``: one or more CTF, CBF, Parquet or Arrow IPC files (format by
+            magic number), read one after another; ``streams`` (a :class:`cntkio.StreamDefs`) is required
+            for CTF, and the other keywords (``chunkSizeInBytes``, ``maxErrors``, …) are deserializer options.
         batch_size: samples per batch of this rank (CNTK's minibatch size, counted with the declared
             lengths; a sequence is never split).
         shuffle, seed: CNTK's randomization; epoch ``e`` is CNTK's sweep ``e`` of a source with

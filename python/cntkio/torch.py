@@ -171,9 +171,9 @@ class MinibatchIterable:
     Args:
         deserializers: a deserializer or a list (joined by key as CNTK does, or read one after another
             with ``concat=True``).
-        paths: instead of ``deserializers``: one or more CTF/CBF files (format by magic number), read one
-            after another as shards; ``streams`` (a :class:`cntkio.StreamDefs`) is required for CTF, and
-            the other keywords (``chunkSizeInBytes``, ``maxErrors``, …) are deserializer options.
+        paths: instead of ``deserializers``: one or more CTF, CBF, Parquet or Arrow IPC files (format by
+            magic number), read one after another as shards; ``streams`` (a :class:`cntkio.StreamDefs`) is
+            required for CTF, and the other keywords (``chunkSizeInBytes``, ``maxErrors``, …) are deserializer options.
         batch_size: samples per batch and worker (CNTK's minibatch size; a sequence is never split).
         shuffle: randomize (CNTK's randomization), with ``seed`` + epoch.
         randomization_window_in_chunks / randomization_window_in_samples: CNTK's window.

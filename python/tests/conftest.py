@@ -100,3 +100,18 @@ def assert_stream_equal(stream, ref_seqs: List[List[object]], dtype) -> None:
         _values_equal(data, np.array([v for s in samples for _, v in s], dtype=dtype))
     else:
         _values_equal(stream.values, np.array(samples, dtype=dtype).reshape(len(samples), stream.dim))
+
+
+def assert_data_equal(a, b) -> None:
+    """Two :class:`cntkio.Data` hold the same streams, keys, lengths and values (bit for bit)."""
+    assert list(a) == list(b)
+    np.testing.assert_array_equal(a.sequence_keys, b.sequence_keys)
+    np.testing.assert_array_equal(a.sequence_lengths, b.sequence_lengths)
+    for name in a:
+        x, y = a[name], b[name]
+        assert x.dtype == y.dtype and x.is_sparse == y.is_sparse
+        np.testing.assert_array_equal(x.offsets, y.offsets)
+        np.testing.assert_array_equal(x.values, y.values)
+        if x.is_sparse:
+            np.testing.assert_array_equal(x.indices, y.indices)
+            np.testing.assert_array_equal(x.indptr, y.indptr)

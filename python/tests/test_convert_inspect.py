@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import cntkio
+from conftest import assert_data_equal as same
 from cntkio import CBFDeserializer, CTFDeserializer, StreamDef, StreamDefs
 
 SLOTS = StreamDefs(
@@ -17,20 +18,6 @@ SLOTS = StreamDefs(
     intent=StreamDef(field="intent", shape=5, is_sparse=True),
     slots=StreamDef(field="slot", shape=12, is_sparse=True),
 )
-
-
-def same(a, b):
-    assert list(a) == list(b)
-    np.testing.assert_array_equal(a.sequence_keys, b.sequence_keys)
-    np.testing.assert_array_equal(a.sequence_lengths, b.sequence_lengths)
-    for name in a:
-        x, y = a[name], b[name]
-        assert x.dtype == y.dtype and x.is_sparse == y.is_sparse
-        np.testing.assert_array_equal(x.offsets, y.offsets)
-        np.testing.assert_array_equal(x.values, y.values)
-        if x.is_sparse:
-            np.testing.assert_array_equal(x.indices, y.indices)
-            np.testing.assert_array_equal(x.indptr, y.indptr)
 
 
 def test_ctf_cbf_ctf_round_trip(tmp_path, examples):

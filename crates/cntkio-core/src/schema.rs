@@ -219,6 +219,41 @@ impl Schema {
     }
 }
 
+/// Renames streams as CNTK's CBF deserializer does (`input = [ newName = [ alias = "nameInFile" ] ]`,
+/// CBF.md §5): each `(name_in_file, new_name)` pair renames every stream of `names` called
+/// `name_in_file` (matched against the names before any rename). Returns the pairs that match no stream
+/// (CNTK ignores them silently). The resulting names must be unique
+/// ([`ErrorKind::InvalidStream`] otherwise): CNTK refuses two streams
+/// with one name when it builds its packer.
+pub fn rename_streams(
+    mut names: Vec<&mut String>,
+    renames: &[(String, String)],
+) -> Result<Vec<(String, String)>, Error> {
+    let mut unused = Vec::new();
+    let originals: Vec<String> = names.iter().map(|n| (**n).clone()).collect();
+    for (from, to) in renames {
+        let mut used = false;
+        for (name, orig) in names.iter_mut().zip(&originals) {
+            if orig == from {
+                **name = to.clone();
+                used = true;
+            }
+        }
+        if !used {
+            unused.push((from.clone(), to.clone()));
+        }
+    }
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].iter().any(|m| **m == **n) {
+            return Err(Error::new(ErrorKind::InvalidStream {
+                stream: (**n).clone(),
+                reason: "two streams have this name; rename one of them".into(),
+            }));
+        }
+    }
+    Ok(unused)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

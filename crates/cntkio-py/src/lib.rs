@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 mod arrays;
+mod arrow;
 mod errors;
 mod feed;
 mod ops;
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CBF_TYPE", spec::CBF_TYPE)?;
     m.add("DEFAULT_CHUNK_SIZE", cntkio::options::DEFAULT_CHUNK_SIZE)?;
     m.add_class::<reader::Reader>()?;
+    m.add_class::<arrow::ArrowStream>()?;
     m.add_class::<source::Source>()?;
     m.add_class::<feed::Feed>()?;
     m.add_class::<feed::BatchMemory>()?;

@@ -2,8 +2,12 @@
 
 use crate::errors::{at_path, py_err, usage};
 use crate::spec::{from_dict, Spec};
+use cntkio::arrow::{
+    arrow_to_arrow, arrow_to_cbf, arrow_to_ctf, cbf_to_arrow, ctf_to_arrow, ArrowFormat, ArrowToCbf, ArrowToCtf,
+    ToArrow,
+};
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams};
-use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, CtfToCbf, Format, Hooks};
+use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, ConvertSummary, CtfToCbf, Format, Hooks};
 use cntkio::ctf::ScanOptions;
 use cntkio::inspect::inspect;
 use cntkio::validate::{validate_cbf, validate_ctf, SummaryOptions, ValidateOptions};
@@ -78,10 +82,12 @@ fn interruptible<T: Send>(
 }
 
 /// Converts CTF → CBF (`config`: the CTF deserializer) or CBF → CTF (`config` optional: a CBF
-/// deserializer's renames; `aliases`: `(stream name, alias written after '|')` pairs). Returns a dict of
-/// totals.
+/// deserializer's renames; `aliases`: `(stream name, alias written after '|')` pairs); any of them to
+/// Parquet or Arrow IPC when `output`'s extension names one (one row per sample when `flatten`; at most
+/// `row_group_size` rows per Parquet row group or IPC record batch), and those
+/// back to CBF (`.cbf`, `.bin`) or CTF. Returns a dict of totals.
 #[pyfunction]
-#[pyo3(signature = (input, output, config = None, aliases = None, chunk_size = None, ctf2bin_compatible = false, skip_bad_sequences = false, threads = None))]
+#[pyo3(signature = (input, output, config = None, aliases = None, chunk_size = None, ctf2bin_compatible = false, skip_bad_sequences = false, threads = None, flatten = false, row_group_size = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn convert<'py>(
     py: Python<'py>,
@@ -93,6 +99,8 @@ pub fn convert<'py>(
     ctf2bin_compatible: bool,
     skip_bad_sequences: bool,
     threads: Option<usize>,
+    flatten: bool,
+    row_group_size: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let spec = config.map(from_dict).transpose()?;
     let format = py.detach(|| detect_format(&input)).map_err(|e| py_err(at_path(e, &input)))?;
@@ -101,13 +109,52 @@ pub fn convert<'py>(
     if chunk_size == 0 {
         return Err(usage("chunk_size must be > 0"));
     }
+    let hooks = Hooks { cancel: Some(python_signal_raised), ..Hooks::default() };
+    let arrow_out = ArrowFormat::from_extension(&output);
+    if (flatten || row_group_size.is_some()) && arrow_out.is_none() {
+        let what = if flatten { "flatten" } else { "row_group_size" };
+        return Err(usage(format!("{what} applies to Parquet and Arrow outputs (.parquet, .arrow)")));
+    }
+    if row_group_size == Some(0) {
+        return Err(usage("row_group_size must be > 0"));
+    }
+    if let Some(f) = arrow_out {
+        let how = ToArrow { flatten, hooks, rows_per_group: row_group_size, ..ToArrow::new(f) };
+        let summary = match (format, spec) {
+            (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => {
+                let scan = ScanOptions { threads: nthreads, skip_bad_sequences, ..ScanOptions::default() };
+                interruptible(
+                    py,
+                    || ctf_to_arrow(&input, &output, &schema, &options, &scan, access, &how, &mut |_| {}),
+                    py_err,
+                )
+            }
+            (Format::Ctf, _) => {
+                return Err(usage(format!(
+                    "{} is CTF: converting it needs its streams (a StreamDefs or a CTFDeserializer)",
+                    input.display()
+                )))
+            }
+            (Format::Cbf, spec) => {
+                let options = match spec {
+                    Some(Spec::Cbf { options, .. }) => options,
+                    _ => CbfOptions::default(),
+                };
+                interruptible(py, || cbf_to_arrow(&input, &output, &options, &how, &mut |_| {}), py_err)
+            }
+            (Format::Parquet | Format::ArrowIpc, _) => {
+                interruptible(py, || arrow_to_arrow(&input, &output, &how, &mut |_| {}), py_err)
+            }
+        }?;
+        return totals(py, format, summary);
+    }
+    let cbf_out = output
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("cbf") || e.eq_ignore_ascii_case("bin"));
     let summary = match (format, spec) {
         (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => {
-            let mut writer = if ctf2bin_compatible {
-                CbfWriterOptions::ctf2bin(chunk_size)
-            } else {
-                CbfWriterOptions::new(chunk_size)
-            };
+            let mut writer = cbf_writer(chunk_size, ctf2bin_compatible);
             if skip_bad_sequences {
                 writer.empty_streams = EmptyStreams::Drop;
             }
@@ -136,12 +183,29 @@ pub fn convert<'py>(
             let how = CbfToCtf { cbf: options, aliases, threads: nthreads, hooks };
             interruptible(py, || cbf_to_ctf(&input, &output, &how, &mut |_| {}), py_err)
         }
+        (Format::Parquet | Format::ArrowIpc, _) if cbf_out => {
+            let how = ArrowToCbf { writer: cbf_writer(chunk_size, ctf2bin_compatible), hooks };
+            interruptible(py, || arrow_to_cbf(&input, &output, &how, &mut |_| {}), py_err)
+        }
         (Format::Parquet | Format::ArrowIpc, _) => {
-            let hooks = Hooks { cancel: Some(python_signal_raised), ..Hooks::default() };
-            let how = cntkio::arrow::ArrowToCtf { aliases: aliases.unwrap_or_default(), threads: nthreads, hooks };
-            interruptible(py, || cntkio::arrow::arrow_to_ctf(&input, &output, &how, &mut |_| {}), py_err)
+            let how = ArrowToCtf { aliases: aliases.unwrap_or_default(), threads: nthreads, hooks };
+            interruptible(py, || arrow_to_ctf(&input, &output, &how, &mut |_| {}), py_err)
         }
     }?;
+    totals(py, format, summary)
+}
+
+/// The CBF writer's options: CNTK's `ctf2bin.py` layout or cntkio's.
+fn cbf_writer(chunk_size: u64, ctf2bin_compatible: bool) -> CbfWriterOptions {
+    if ctf2bin_compatible {
+        CbfWriterOptions::ctf2bin(chunk_size)
+    } else {
+        CbfWriterOptions::new(chunk_size)
+    }
+}
+
+/// The totals of a conversion as a dict.
+fn totals<'py>(py: Python<'py>, format: Format, summary: ConvertSummary) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("input_format", format.name())?;
     d.set_item("sequences", summary.sequences)?;

@@ -391,29 +391,7 @@ impl Header {
     /// `name_in_file` matches no stream (CNTK ignores them silently). The resulting names must be unique:
     /// CNTK refuses two streams with one name when it builds its packer.
     pub fn rename(&mut self, renames: &[(String, String)]) -> Result<Vec<(String, String)>, Error> {
-        let mut unused = Vec::new();
-        let originals: Vec<String> = self.streams.iter().map(|s| s.name.clone()).collect();
-        for (from, to) in renames {
-            let mut used = false;
-            for (s, orig) in self.streams.iter_mut().zip(&originals) {
-                if orig == from {
-                    s.name = to.clone();
-                    used = true;
-                }
-            }
-            if !used {
-                unused.push((from.clone(), to.clone()));
-            }
-        }
-        for (i, s) in self.streams.iter().enumerate() {
-            if self.streams[..i].iter().any(|t| t.name == s.name) {
-                return Err(Error::new(ErrorKind::InvalidStream {
-                    stream: s.name.clone(),
-                    reason: "two streams have this name; rename one of them".into(),
-                }));
-            }
-        }
-        Ok(unused)
+        crate::schema::rename_streams(self.streams.iter_mut().map(|s| &mut s.name).collect(), renames)
     }
     /// A schema of the streams (names as CTF aliases too). Fails when a name is not a valid alias
     /// (empty, or with spaces or `|`) or two streams share a name.

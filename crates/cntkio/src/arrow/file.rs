@@ -315,6 +315,8 @@ impl ArrowFile {
 #[derive(Debug)]
 pub struct ArrowSource {
     file: ArrowFile,
+    /// The file's streams, renamed ([`ArrowSource::rename`]).
+    streams: Vec<StreamSpec>,
     chunks: Vec<ChunkInfo>,
     sequences: Vec<SequenceInfo>,
     /// `sequences[offsets[c]..offsets[c + 1]]` are chunk `c`'s.
@@ -343,7 +345,18 @@ impl ArrowSource {
             chunks.push(ChunkInfo { num_samples, num_sequences });
             offsets.push(sequences.len());
         }
-        Ok(ArrowSource { file, chunks, sequences, offsets })
+        let streams = file.schema().streams().to_vec();
+        Ok(ArrowSource { file, streams, chunks, sequences, offsets })
+    }
+
+    /// Renames streams as CNTK's CBF deserializer does: `(name in the file, new name)` pairs (see
+    /// [`rename_streams`](cntkio_core::schema::rename_streams)). Returns the pairs that matched no stream.
+    /// Errors: two streams left with one name.
+    pub fn rename(&mut self, renames: &[(String, String)]) -> Result<Vec<(String, String)>, Error> {
+        let mut streams = self.file.schema().streams().to_vec();
+        let unused = cntkio_core::schema::rename_streams(streams.iter_mut().map(|s| &mut s.name).collect(), renames)?;
+        self.streams = streams;
+        Ok(unused)
     }
 
     /// The file.
@@ -370,7 +383,7 @@ impl SequenceSource for ArrowSource {
 
 impl Deserializer for ArrowSource {
     fn streams(&self) -> &[StreamSpec] {
-        self.file.schema().streams()
+        &self.streams
     }
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
         let d = self.file.read_chunk(chunk as usize)?;

@@ -48,9 +48,11 @@
 mod build;
 mod decode;
 mod file;
+mod stream;
 mod write;
 
 pub use file::{ArrowFile, ArrowSource};
+pub use stream::ChunkBatches;
 pub use write::{
     arrow_to_arrow, arrow_to_cbf, arrow_to_ctf, cbf_to_arrow, ctf_to_arrow, ArrowToCbf, ArrowToCtf, ParquetCompression,
     ToArrow,
