@@ -256,8 +256,7 @@ impl BlockCache {
     fn block(&self, number: u64, fetch: &dyn Fn(Range<u64>) -> Result<Bytes, Error>) -> Result<Bytes, Error> {
         {
             let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(i) = blocks.iter().position(|(n, _)| *n == number) {
-                let hit = blocks.remove(i).expect("the position was just found");
+            if let Some(hit) = blocks.iter().position(|(n, _)| *n == number).and_then(|i| blocks.remove(i)) {
                 let bytes = hit.1.clone();
                 blocks.push_front(hit);
                 return Ok(bytes);
