@@ -1,7 +1,9 @@
 //! Input files: positional reads by default, a memory map on request; gzip and zstd files through a
-//! decompressed view (see [`crate::compress`]).
+//! decompressed view (see [`crate::compress`]); objects in an object store (`s3://…`, `http(s)://…`) through
+//! ranged GETs (see [`crate::remote`]).
 
 use crate::compress::{Compression, Decompressed};
+use crate::remote::Remote;
 use crate::Error;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -55,7 +57,9 @@ pub(crate) const SHORTER: &str = "the file is shorter than when it was opened (w
 #[derive(Debug)]
 pub struct InputFile {
     path: PathBuf,
-    file: File,
+    /// The local file; `None` for an object in an object store.
+    file: Option<File>,
+    remote: Option<Remote>,
     len: u64,
     modified: Option<SystemTime>,
     identity: FileIdentity,
@@ -64,9 +68,13 @@ pub struct InputFile {
 }
 
 impl InputFile {
-    /// Opens `path` for reading.
+    /// Opens `path` for reading: a local file, or an object named by a URL (`s3://bucket/key`,
+    /// `http(s)://host/path`), which is read and never mapped.
     pub fn open(path: &Path, access: Access) -> Result<InputFile, Error> {
         let shown = path.display().to_string();
+        if crate::remote::is_url(path) {
+            return InputFile::open_remote(path, &shown, access);
+        }
         let file = File::open(path).map_err(|e| Error::io(format!("cannot open {shown}"), e))?;
         let meta = file.metadata().map_err(|e| Error::io(format!("cannot stat {shown}"), e))?;
         if meta.is_dir() {
@@ -106,7 +114,65 @@ impl InputFile {
             Access::Read | Access::Mmap | Access::Auto => None,
         };
         let identity = FileIdentity::of(&meta);
-        Ok(InputFile { path: path.to_path_buf(), file, len, modified: meta.modified().ok(), identity, map, compressed })
+        Ok(InputFile {
+            path: path.to_path_buf(),
+            file: Some(file),
+            remote: None,
+            len,
+            modified: meta.modified().ok(),
+            identity,
+            map,
+            compressed,
+        })
+    }
+
+    fn open_remote(path: &Path, url: &str, access: Access) -> Result<InputFile, Error> {
+        let remote = Remote::open(url)?;
+        let len = remote.len();
+        if len >= 4 {
+            let mut head = [0u8; 5];
+            let n = remote.read_some(0, &mut head)?;
+            if crate::compress::detect(&head[..n]).is_some() {
+                return Err(Error::io(
+                    format!("cannot read {url}"),
+                    std::io::Error::new(
+                        std::io::ErrorKind::Unsupported,
+                        "compressed objects cannot be read from an object store yet (download it first)",
+                    ),
+                ));
+            }
+        }
+        if access == Access::Mmap {
+            log::debug!("{url} is an object in an object store: reading it instead of mapping it");
+        }
+        Ok(InputFile {
+            path: path.to_path_buf(),
+            file: None,
+            modified: remote.modified(),
+            remote: Some(remote),
+            len,
+            identity: FileIdentity::default(),
+            map: None,
+            compressed: None,
+        })
+    }
+
+    /// True for an object in an object store (opened from an `s3://` or `http(s)://` URL).
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// The ETag of an object in an object store as it was at open, if the store gives one.
+    pub fn etag(&self) -> Option<&str> {
+        self.remote.as_ref().and_then(Remote::etag)
+    }
+
+    /// The local file, when it is read as it is (not compressed, not an object).
+    fn plain_file(&self) -> Option<&File> {
+        match self.compressed {
+            Some(_) => None,
+            None => self.file.as_ref(),
+        }
     }
 
     /// Says that the file will be read once, from front to back (a few MiB back and forth, as parallel
@@ -186,13 +252,13 @@ impl InputFile {
         } else {
             buf.resize(len, 0);
         }
-        if self.compressed.is_some() {
+        let Some(file) = self.plain_file() else {
             return match self.read_some(offset, buf)? {
                 n if n == len => Ok(()),
                 _ => Err(self.short_read(offset, len)),
             };
-        }
-        read_exact_at(&self.file, buf, offset).map_err(|e| {
+        };
+        read_exact_at(file, buf, offset).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 self.short_read(offset, len)
             } else {
@@ -251,13 +317,13 @@ impl InputFile {
                 None => Err(self.short_read(offset, buf.len())),
             };
         }
-        if self.compressed.is_some() {
+        let Some(file) = self.plain_file() else {
             return match self.read_some(offset, buf)? {
                 n if n == buf.len() => Ok(()),
                 _ => Err(self.short_read(offset, buf.len())),
             };
-        }
-        read_exact_at(&self.file, buf, offset).map_err(|e| {
+        };
+        read_exact_at(file, buf, offset).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 self.short_read(offset, buf.len())
             } else {
@@ -292,9 +358,14 @@ impl InputFile {
         if let Some(c) = &self.compressed {
             return c.read_some(offset, buf);
         }
+        let file = match (&self.remote, &self.file) {
+            (Some(r), _) => return r.read_some(offset, buf),
+            (None, Some(f)) => f,
+            (None, None) => return Ok(0),
+        };
         let mut done = 0;
         while done < buf.len() {
-            match read_at(&self.file, &mut buf[done..], offset + done as u64) {
+            match read_at(file, &mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

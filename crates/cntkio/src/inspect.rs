@@ -353,7 +353,7 @@ pub fn inspect_ctf(
 /// Inspects a CBF file: its header, and every chunk decoded to count samples and non-zeros.
 pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
     let f = CbfFile::open(path)?;
-    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let len = f.input().stored_len();
     let schema = f.schema()?;
     let mut data = ChunkData::new(&schema);
     let mut buf = Vec::new();

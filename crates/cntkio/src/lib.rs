@@ -27,6 +27,7 @@ pub mod inputs;
 mod length_stats;
 mod mmap;
 mod output;
+pub mod remote;
 
 pub use compress::Compression;
 pub use ctf::{CtfIndex, CtfReader};

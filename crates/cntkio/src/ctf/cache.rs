@@ -1,4 +1,5 @@
-//! The index cache (`cacheIndex`): cntkio's own file beside the input.
+//! The index cache (`cacheIndex`): cntkio's own file beside the input (none for an object in an object
+//! store, whose index is built each time).
 //!
 //! **Format, version 3** (little-endian). Name: `<input>.cntkio-<hash>.idx`, `<hash>` = 8 hex digits of a
 //! CRC-32 of the options that shape the index (mode selection, main-stream alias). Content: magic
@@ -95,6 +96,11 @@ pub(crate) fn load_or_build(
     cfg: &IndexConfig,
     threads: usize,
 ) -> Result<Result<CtfIndex, Error>, Error> {
+    if file.is_remote() {
+        // Nothing is written beside an object in an object store: its index is built by reading it.
+        log::debug!("no index cache for {}: it is in an object store", file.path().display());
+        return Ok(build_index(file, cfg, threads, &mut |_| {}));
+    }
     let path = cache_path(file.path(), cfg);
     match try_load(file, cfg, &path) {
         Ok(Some(index)) => {

@@ -1,0 +1,352 @@
+//! Objects in an object store as input files: `s3://bucket/key` and `http(s)://host/path`, read by ranged
+//! GETs through the `object_store` crate.
+//!
+//! An object's length, ETag and modification time come from a HEAD at open. Reads go through a small cache
+//! of aligned blocks ([`BLOCK_LEN`] bytes, the [`BLOCKS_KEPT`] most recently used kept), so that a pass
+//! reading a few KiB at a time costs one request per block; a read of a block or more is one request of
+//! its own and is not cached. Every GET carries the ETag seen at open (`If-Match`), so an object replaced
+//! while it is read is an error, not a mix of two versions.
+//!
+//! S3 is configured from the standard environment (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT_URL_S3`,
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION` or
+//! `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP` for an `http://` endpoint). Transient failures are retried with
+//! backoff for up to [`RETRY_TIMEOUT`]. The requests run on one small tokio runtime for the process,
+//! started at the first remote open (and started again in a forked child); the rest of the library stays
+//! synchronous.
+
+use crate::Error;
+use bytes::Bytes;
+use object_store::path::Path as ObjectPath;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+/// The length of a cached block.
+pub const BLOCK_LEN: u64 = 8 << 20;
+/// How many blocks an open object keeps.
+pub const BLOCKS_KEPT: usize = 4;
+/// How long a request is retried after a transient failure (a 5xx, a timeout, a cut connection) before
+/// its error is reported.
+pub const RETRY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The URL schemes read as objects.
+const SCHEMES: [&str; 3] = ["s3://", "http://", "https://"];
+/// Object store schemes that are recognised but not supported by this build.
+const UNSUPPORTED: [&str; 6] = ["gs://", "az://", "azure://", "abfs://", "abfss://", "s3a://"];
+
+/// True if `path` names an object in an object store (`s3://…`, `http://…`, `https://…`) rather than a
+/// local file.
+pub fn is_url(path: &std::path::Path) -> bool {
+    path.to_str().is_some_and(|s| scheme_of(s, &SCHEMES).is_some() || scheme_of(s, &UNSUPPORTED).is_some())
+}
+
+fn scheme_of<'a>(s: &str, list: &[&'a str]) -> Option<&'a str> {
+    list.iter().copied().find(|p| s.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p)))
+}
+
+/// The process's runtime, with the id of the process that started it.
+static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
+
+fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
+    let mut slot = RUNTIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let pid = std::process::id();
+    if let Some((owner, rt)) = &*slot {
+        if *owner == pid {
+            return Ok(rt.clone());
+        }
+    }
+    // A runtime inherited through fork has no threads in this process: dropping it would wait for them.
+    if let Some(stale) = slot.take() {
+        std::mem::forget(stale);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("cntkio-io")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the object store client", e))?;
+    let rt = Arc::new(rt);
+    *slot = Some((pid, rt.clone()));
+    Ok(rt)
+}
+
+/// An open object.
+#[derive(Debug)]
+pub(crate) struct Remote {
+    url: String,
+    store: Arc<dyn ObjectStore>,
+    location: ObjectPath,
+    len: u64,
+    etag: Option<String>,
+    modified: Option<SystemTime>,
+    blocks: BlockCache,
+}
+
+impl Remote {
+    /// Opens the object at `url` (one HEAD request).
+    pub(crate) fn open(url: &str) -> Result<Remote, Error> {
+        let (store, location) = store_for(url)?;
+        Remote::with_store(url, store, location)
+    }
+
+    /// Opens `location` in `store`, shown as `url` in errors.
+    pub(crate) fn with_store(url: &str, store: Arc<dyn ObjectStore>, location: ObjectPath) -> Result<Remote, Error> {
+        let rt = runtime()?;
+        let meta = rt.block_on(store.head(&location)).map_err(|e| error(url, "cannot open", e))?;
+        Ok(Remote {
+            url: url.to_owned(),
+            store,
+            location,
+            len: meta.size,
+            etag: meta.e_tag,
+            modified: Some(meta.last_modified.into()),
+            blocks: BlockCache::new(BLOCK_LEN, BLOCKS_KEPT),
+        })
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+    pub(crate) fn modified(&self) -> Option<SystemTime> {
+        self.modified
+    }
+    /// The ETag the object had at open, if the store gives one.
+    pub(crate) fn etag(&self) -> Option<&str> {
+        self.etag.as_deref()
+    }
+    /// How many GET requests reads have made.
+    #[cfg(test)]
+    pub(crate) fn requests(&self) -> u64 {
+        self.blocks.fetches.load(Ordering::Relaxed)
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the object.
+    pub(crate) fn read_some(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
+        let end = offset.saturating_add(buf.len() as u64).min(self.len);
+        if offset >= end {
+            return Ok(0);
+        }
+        self.blocks.read(offset..end, buf, &|r| self.get(r))
+    }
+
+    /// One ranged GET.
+    fn get(&self, range: Range<u64>) -> Result<Bytes, Error> {
+        let rt = runtime()?;
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(range.clone())),
+            if_match: self.etag.clone(),
+            ..GetOptions::default()
+        };
+        let fetch = async {
+            let result = self.store.get_opts(&self.location, options).await?;
+            result.bytes().await
+        };
+        let op = format!("cannot read bytes {}..{} of", range.start, range.end);
+        rt.block_on(fetch).map_err(|e| error(&self.url, &op, e))
+    }
+}
+
+/// The store and the object's path for `url`.
+fn store_for(url: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), Error> {
+    let invalid = |why: String| {
+        Error::io(format!("cannot open {url}"), std::io::Error::new(std::io::ErrorKind::InvalidInput, why))
+    };
+    if let Some(s) = scheme_of(url, &UNSUPPORTED) {
+        return Err(Error::io(
+            format!("cannot open {url}"),
+            std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("{s} paths are not supported (s3://, http:// and https:// are)"),
+            ),
+        ));
+    }
+    let parsed = url::Url::parse(url).map_err(|e| invalid(format!("not a valid URL ({e})")))?;
+    let retry = RetryConfig { retry_timeout: RETRY_TIMEOUT, ..RetryConfig::default() };
+    let location = ObjectPath::from_url_path(parsed.path()).map_err(|e| invalid(e.to_string()))?;
+    let store: Arc<dyn ObjectStore> = if parsed.scheme() == "s3" {
+        let location = ObjectPath::parse(parsed.path().trim_start_matches('/')).map_err(|e| invalid(e.to_string()))?;
+        let store = object_store::aws::AmazonS3Builder::from_env()
+            .with_url(url)
+            .with_retry(retry)
+            .build()
+            .map_err(|e| error(url, "cannot open", e))?;
+        return Ok((Arc::new(store), location));
+    } else {
+        let origin = &parsed[..url::Position::BeforePath];
+        let options = object_store::ClientOptions::new().with_allow_http(true);
+        let store = object_store::http::HttpBuilder::new()
+            .with_url(origin)
+            .with_retry(retry)
+            .with_client_options(options)
+            .build()
+            .map_err(|e| error(url, "cannot open", e))?;
+        Arc::new(store)
+    };
+    Ok((store, location))
+}
+
+/// The library's error for a failed request: an I/O error naming the URL whose kind tells a missing object
+/// or a refusal apart (Python raises `NotFoundError` and `PermissionDeniedError` for them).
+fn error(url: &str, op: &str, e: object_store::Error) -> Error {
+    use object_store::Error as E;
+    use std::io::ErrorKind as K;
+    let (kind, why) = match &e {
+        E::NotFound { .. } => (K::NotFound, "the object (or its bucket) does not exist".to_owned()),
+        E::PermissionDenied { source, .. } => (K::PermissionDenied, format!("permission denied: {source}")),
+        E::Unauthenticated { source, .. } => (K::PermissionDenied, format!("the credentials were refused: {source}")),
+        E::Precondition { .. } => (K::Other, "the object was replaced while it was being read".to_owned()),
+        other => (K::Other, other.to_string()),
+    };
+    Error::io(format!("{op} {url}"), std::io::Error::new(kind, why))
+}
+
+/// The most recently used aligned blocks of an object.
+#[derive(Debug)]
+pub(crate) struct BlockCache {
+    block_len: u64,
+    capacity: usize,
+    /// Most recently used first: (block number, its bytes).
+    blocks: Mutex<VecDeque<(u64, Bytes)>>,
+    fetches: AtomicU64,
+}
+
+impl BlockCache {
+    pub(crate) fn new(block_len: u64, capacity: usize) -> BlockCache {
+        BlockCache { block_len, capacity, blocks: Mutex::new(VecDeque::new()), fetches: AtomicU64::new(0) }
+    }
+
+    /// Fills `buf` with the bytes of `range` (which ends at or before the object's end), fetching with
+    /// `fetch`; returns how many bytes it had (fewer only if a fetch returned less than asked: the object
+    /// shrank).
+    pub(crate) fn read(
+        &self,
+        range: Range<u64>,
+        buf: &mut [u8],
+        fetch: &dyn Fn(Range<u64>) -> Result<Bytes, Error>,
+    ) -> Result<usize, Error> {
+        let want = (range.end - range.start) as usize;
+        if range.end - range.start >= self.block_len {
+            self.fetches.fetch_add(1, Ordering::Relaxed);
+            let got = fetch(range)?;
+            let n = got.len().min(want);
+            buf[..n].copy_from_slice(&got[..n]);
+            return Ok(n);
+        }
+        let mut done = 0usize;
+        while done < want {
+            let at = range.start + done as u64;
+            let number = at / self.block_len;
+            let block = self.block(number, fetch)?;
+            let from = (at - number * self.block_len) as usize;
+            let n = block.len().saturating_sub(from).min(want - done);
+            if n == 0 {
+                break;
+            }
+            buf[done..done + n].copy_from_slice(&block[from..from + n]);
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// Block `number`, from the cache or fetched (the lock is not held during the fetch: two threads may
+    /// fetch the same block, and the second copy is dropped).
+    fn block(&self, number: u64, fetch: &dyn Fn(Range<u64>) -> Result<Bytes, Error>) -> Result<Bytes, Error> {
+        {
+            let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(hit) = blocks.iter().position(|(n, _)| *n == number).and_then(|i| blocks.remove(i)) {
+                let bytes = hit.1.clone();
+                blocks.push_front(hit);
+                return Ok(bytes);
+            }
+        }
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        let start = number * self.block_len;
+        let bytes = fetch(start..start + self.block_len)?;
+        let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
+        if !blocks.iter().any(|(n, _)| *n == number) {
+            blocks.push_front((number, bytes.clone()));
+            blocks.truncate(self.capacity);
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::PutPayload;
+
+    fn object(len: usize) -> (Vec<u8>, Arc<dyn ObjectStore>, ObjectPath) {
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let location = ObjectPath::from("data/a.cbf");
+        runtime().unwrap().block_on(store.put(&location, PutPayload::from(data.clone()))).unwrap();
+        (data, store, location)
+    }
+
+    #[test]
+    fn reads_equal_the_object_and_a_sequential_pass_costs_one_request_per_block() {
+        let (data, store, location) = object(3 * BLOCK_LEN as usize + 12345);
+        let remote = Remote::with_store("memory:///data/a.cbf", store, location).unwrap();
+        assert_eq!(remote.len(), data.len() as u64);
+        // 64 KiB reads from front to back, as a validation pass makes them.
+        let mut pass = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = remote.read_some(pass.len() as u64, &mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            pass.extend_from_slice(&buf[..n]);
+        }
+        assert!(pass == data, "the pass reads the object's bytes");
+        assert_eq!(remote.requests(), 4, "one GET per 8 MiB block, the last one short");
+
+        // Reads across a block boundary, and back into a kept block, cost no more requests.
+        let mut two = vec![0u8; 100];
+        let at = BLOCK_LEN * 2 - 50;
+        assert_eq!(remote.read_some(at, &mut two).unwrap(), 100);
+        assert!(two[..] == data[at as usize..at as usize + 100]);
+        assert_eq!(remote.requests(), 4);
+
+        // A read of a block or more is one request of its own; a read past the end is short, then empty.
+        let mut big = vec![0u8; BLOCK_LEN as usize + 1];
+        assert_eq!(remote.read_some(7, &mut big).unwrap(), big.len());
+        assert!(big[..] == data[7..7 + big.len()]);
+        assert_eq!(remote.requests(), 5);
+        let mut tail = vec![0u8; 1000];
+        assert_eq!(remote.read_some(data.len() as u64 - 10, &mut tail).unwrap(), 10);
+        assert!(tail[..10] == data[data.len() - 10..]);
+        assert_eq!(remote.read_some(data.len() as u64, &mut tail).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_cache_keeps_the_most_recently_used_blocks() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let cache = BlockCache::new(10, 2);
+        let fetch = |r: Range<u64>| Ok(Bytes::copy_from_slice(&data[r.start as usize..(r.end as usize).min(100)]));
+        let mut b = [0u8; 3];
+        for (at, fetches) in [(0, 1), (11, 2), (1, 2), (21, 3), (2, 3), (12, 4)] {
+            cache.read(at..at + 3, &mut b, &fetch).unwrap();
+            assert_eq!(b[..], data[at as usize..at as usize + 3]);
+            assert_eq!(cache.fetches.load(Ordering::Relaxed), fetches, "after a read at {at}");
+        }
+    }
+
+    #[test]
+    fn a_missing_object_is_a_not_found_error_naming_the_url() {
+        let (_, store, _) = object(10);
+        let e = Remote::with_store("s3://b/missing.ctf", store, ObjectPath::from("missing.ctf")).unwrap_err();
+        let crate::ErrorKind::Io { source, .. } = e.kind() else { panic!("not an I/O error: {e}") };
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("s3://b/missing.ctf"), "{e}");
+        assert!(is_url(std::path::Path::new("S3://b/k")) && is_url(std::path::Path::new("https://h/p")));
+        assert!(!is_url(std::path::Path::new("data/s3:/x")));
+        let e = Remote::open("gs://bucket/x.ctf").unwrap_err();
+        assert!(e.to_string().contains("gs:// paths are not supported"), "{e}");
+    }
+}
