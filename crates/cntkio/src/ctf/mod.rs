@@ -445,6 +445,26 @@ mod tests {
         assert_eq!(compact.load_chunk(0).unwrap(), full.load_chunk(0).unwrap());
     }
 
+    /// A file whose only row lacks the definesMBSize stream has no sequence: with or without sequence
+    /// tables, the reader opens and the minibatch source refuses it with the same error.
+    #[test]
+    fn a_file_without_sequences_is_refused_alike_with_or_without_sequence_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.ctf");
+        std::fs::write(&path, text(&[(0, 42)], false, true)).unwrap();
+        let schema = Schema::new(vec![
+            StreamSpec::new("a", 2, StorageFormat::Dense).defines_mb_size(true),
+            StreamSpec::new("b", 4, StorageFormat::Sparse),
+        ])
+        .unwrap();
+        let opts = CtfOptions { chunk_size: 16, ..CtfOptions::default() };
+        let refused = |budget| {
+            let r = CtfReader::open_with_budget(&path, &schema, &opts, Access::Read, 1, budget).unwrap();
+            MinibatchSource::new(Arc::new(r), MinibatchConfig::default()).unwrap_err().to_string()
+        };
+        assert_eq!(refused(usize::MAX), refused(0));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         /// A reader that keeps no per-sequence entries finds every chunk's sequences again exactly as the
@@ -499,7 +519,11 @@ mod tests {
                     run_length: RunLength::Sweeps(2),
                     ..MinibatchConfig::default()
                 };
-                let mut src = MinibatchSource::new(Arc::new(r), config).unwrap();
+                // A file without any sequence has no minibatch source (EmptyData): the same for both.
+                let mut src = match MinibatchSource::new(Arc::new(r), config) {
+                    Ok(s) => s,
+                    Err(e) => return vec![e.to_string()],
+                };
                 let mut out = Vec::new();
                 loop {
                     match src.next_minibatch(5) {
