@@ -509,7 +509,7 @@ impl ReadArgs {
 
     /// Threads to use.
     pub fn threads(&self) -> usize {
-        self.threads.filter(|&t| t > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        cntkio::threads_or_cores(self.threads)
     }
 
     /// File access for a command that maps its input unless told not to (`no_mmap`): a map where the

@@ -18,10 +18,6 @@ use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-fn threads(n: Option<usize>) -> usize {
-    n.filter(|&t| t > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
 /// `"ctf"`, `"cbf"`, `"parquet"` or `"arrow"`, by the file's magic number.
 #[pyfunction]
 pub fn detect(py: Python<'_>, path: PathBuf) -> PyResult<&'static str> {
@@ -104,7 +100,7 @@ pub fn convert<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let spec = config.map(from_dict).transpose()?;
     let format = py.detach(|| detect_format(&input)).map_err(|e| py_err(at_path(e, &input)))?;
-    let nthreads = self::threads(threads);
+    let nthreads = cntkio::threads_or_cores(threads);
     let chunk_size = chunk_size.unwrap_or(cntkio::options::DEFAULT_CHUNK_SIZE);
     if chunk_size == 0 {
         return Err(usage("chunk_size must be > 0"));
@@ -230,7 +226,12 @@ pub fn validate_json<'py>(
     threads: Option<usize>,
 ) -> PyResult<String> {
     let spec = config.map(from_dict).transpose()?;
-    let vo = ValidateOptions { threads: self::threads(threads), limit, warnings, cancel: Some(python_signal_raised) };
+    let vo = ValidateOptions {
+        threads: cntkio::threads_or_cores(threads),
+        limit,
+        warnings,
+        cancel: Some(python_signal_raised),
+    };
     let format = py.detach(|| detect_format(&path)).map_err(|e| py_err(at_path(e, &path)))?;
     let err = |e| py_err(at_path(e, &path));
     let (r, schema, schema_inferred) = match (format, spec) {
@@ -280,7 +281,7 @@ pub fn validate_json<'py>(
 #[pyo3(signature = (input, output, threads = None))]
 pub fn recompress(py: Python<'_>, input: PathBuf, output: PathBuf, threads: Option<usize>) -> PyResult<u64> {
     let hooks = Hooks { cancel: Some(python_signal_raised), ..Hooks::default() };
-    let nthreads = self::threads(threads);
+    let nthreads = cntkio::threads_or_cores(threads);
     let run = || cntkio::convert::recompress(&input, &output, nthreads, hooks, &mut |_| {});
     Ok(interruptible(py, run, py_err)?.bytes_written)
 }

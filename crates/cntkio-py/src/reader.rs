@@ -123,10 +123,6 @@ impl Reader {
     }
 }
 
-fn threads(n: Option<usize>) -> usize {
-    n.filter(|&t| t > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
 /// `streams` with the element type asked for.
 fn with_precision(mut streams: Vec<StreamSpec>, precision: Option<ElementType>) -> Vec<StreamSpec> {
     if let Some(t) = precision {
@@ -197,7 +193,7 @@ impl Reader {
             crate::pool::run(|| -> Result<Reader, Error> {
                 Ok(match spec {
                     Spec::Ctf { path, schema, options, access } => {
-                        let threads = threads(None);
+                        let threads = cntkio::threads_or_cores(None);
                         let r = CtfReader::open_with(&path, &schema, &options, access, threads)
                             .map_err(|e| at_path(e, &path))?;
                         Reader { streams: schema.streams().to_vec(), inner: Inner::Ctf(Arc::new(r)) }
@@ -332,7 +328,7 @@ pub fn read_all<'py>(
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let spec = from_dict(config)?;
-    let nthreads = self::threads(threads);
+    let nthreads = cntkio::threads_or_cores(threads);
     let data = py
         .detach(|| -> Result<ChunkData, Error> {
             match spec {

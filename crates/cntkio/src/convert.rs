@@ -306,7 +306,7 @@ pub(crate) fn chunks_to_ctf(
 ) -> Result<ConvertSummary, Error> {
     let ChunkSource { count, read, end_of } = source;
     let mut out = ByteOutput::create(output, hooks)?;
-    let threads = threads_or_cores(threads);
+    let threads = crate::threads_or_cores(Some(threads));
     let mut summary = ConvertSummary::default();
     // Compressed output: each part's text is compressed as frames of its own.
     let packing = out.packing;
@@ -422,14 +422,6 @@ pub(crate) fn chunks_to_ctf(
     Ok(summary)
 }
 
-/// `threads`, or one per core for 0.
-fn threads_or_cores(threads: usize) -> usize {
-    match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    }
-}
-
 /// Bytes written to a path through a temporary file beside it, renamed over the path when finished: as
 /// they are, or as frames compressed by the caller (on its threads, with [`OutputCompression::compress`])
 /// when the path's name asks for compression, the frames' sizes then making the file's end.
@@ -502,12 +494,13 @@ pub fn recompress(
     file.read_in_order();
     let len = file.len();
     let mut out = ByteOutput::create(output, hooks)?;
+    let threads = crate::threads_or_cores(Some(threads));
     let mut pieces: Vec<Piece> = Vec::new();
     let mut pos = 0u64;
     while pos < len {
         crate::check_cancel(hooks.cancel)?;
         let mut n = 0;
-        while n < threads_or_cores(threads) && pos < len {
+        while n < threads && pos < len {
             if pieces.len() == n {
                 pieces.push(Piece { data: vec![0; RECOMPRESS_PIECE], ..Piece::default() });
             }

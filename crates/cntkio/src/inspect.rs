@@ -28,7 +28,7 @@ use crate::convert::{detect_format, Format};
 use crate::ctf::{survey, IndexMode};
 use crate::input::{Access, InputFile};
 use crate::length_stats::LengthStats;
-use crate::{ChunkData, ElementType, Error, Layout, StorageFormat};
+use crate::{ChunkData, ElementType, Error, Layout, StorageFormat, StreamSpec};
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
 
@@ -357,8 +357,7 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
     let schema = f.schema()?;
     let mut data = ChunkData::new(&schema);
     let mut buf = Vec::new();
-    let n = schema.len();
-    let (mut samples, mut nnz, mut seqs_with) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
+    let mut counts = StreamCounts::new(schema.len());
     let mut lengths = LengthStats::default();
     let mut chunks = Vec::with_capacity(f.chunk_count());
     for (k, c) in f.chunks().iter().enumerate() {
@@ -366,7 +365,7 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
         for &n in &data.num_samples {
             lengths.add(n);
         }
-        count_streams(&data, &mut samples, &mut nnz, &mut seqs_with);
+        counts.add(&data);
         let end = f.chunks().get(k + 1).map_or(f.header().header_offset(), |d| d.offset);
         chunks.push(CbfChunk {
             bytes: end - c.offset,
@@ -375,21 +374,6 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
             sequences: c.num_sequences,
         });
     }
-    let q = |p: f64| lengths.quantile(p);
-    let streams = f
-        .streams()
-        .iter()
-        .enumerate()
-        .map(|(i, s)| CbfStream {
-            dim: s.dim,
-            element_type: s.element_type,
-            name: s.name.clone(),
-            nnz: (s.format == StorageFormat::Sparse).then_some(nnz[i]),
-            samples: samples[i],
-            sequences: seqs_with[i],
-            storage: s.format,
-        })
-        .collect();
     Ok(CbfReport {
         bytes: len,
         cbf_version: 1,
@@ -398,16 +382,9 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
         header_offset: f.header().header_offset(),
         path: path.to_path_buf(),
         samples: u64::try_from(lengths.sum()).unwrap_or(u64::MAX),
-        sequence_length: CbfLengths {
-            exact: lengths.is_exact(),
-            max: q(1.0),
-            min: q(0.0),
-            p50: q(0.5),
-            p90: q(0.9),
-            unit: "meta samples",
-        },
+        sequence_length: CbfLengths::of(&lengths, "meta samples"),
         sequences: lengths.count(),
-        streams,
+        streams: counts.reports(schema.streams()),
         version: REPORT_VERSION,
     })
 }
@@ -418,8 +395,7 @@ pub fn inspect_arrow(path: &Path) -> Result<ArrowReport, Error> {
     let f = crate::arrow::ArrowFile::open(path)?;
     let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let schema = f.schema();
-    let n = schema.len();
-    let (mut samples, mut nnz, mut seqs_with) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
+    let mut counts = StreamCounts::new(schema.len());
     let mut lengths = LengthStats::default();
     let mut chunks = Vec::with_capacity(f.chunk_count());
     let mut data = ChunkData::new(schema);
@@ -428,27 +404,12 @@ pub fn inspect_arrow(path: &Path) -> Result<ArrowReport, Error> {
         for &n in &data.num_samples {
             lengths.add(n);
         }
-        count_streams(&data, &mut samples, &mut nnz, &mut seqs_with);
+        counts.add(&data);
         chunks.push(ArrowChunk {
             samples: data.num_samples.iter().map(|&x| u64::from(x)).sum(),
             sequences: data.num_sequences() as u64,
         });
     }
-    let q = |p: f64| lengths.quantile(p);
-    let streams = schema
-        .streams()
-        .iter()
-        .enumerate()
-        .map(|(i, s)| CbfStream {
-            dim: u32::try_from(s.dim).unwrap_or(u32::MAX),
-            element_type: s.element_type,
-            name: s.name.clone(),
-            nnz: (s.format == StorageFormat::Sparse).then_some(nnz[i]),
-            samples: samples[i],
-            sequences: seqs_with[i],
-            storage: s.format,
-        })
-        .collect();
     Ok(ArrowReport {
         bytes: len,
         chunks,
@@ -457,28 +418,59 @@ pub fn inspect_arrow(path: &Path) -> Result<ArrowReport, Error> {
         path: path.to_path_buf(),
         rows: f.mapping().rows,
         samples: u64::try_from(lengths.sum()).unwrap_or(u64::MAX),
-        sequence_length: CbfLengths {
-            exact: lengths.is_exact(),
-            max: q(1.0),
-            min: q(0.0),
-            p50: q(0.5),
-            p90: q(0.9),
-            unit: "declared samples",
-        },
+        sequence_length: CbfLengths::of(&lengths, "declared samples"),
         sequences: lengths.count(),
-        streams,
+        streams: counts.reports(schema.streams()),
         version: REPORT_VERSION,
     })
 }
 
 /// Adds each stream's samples, non-zeros and sequences with a sample in `data` to the counts.
-fn count_streams(data: &ChunkData, samples: &mut [u64], nnz: &mut [u64], seqs_with: &mut [u64]) {
-    for (i, st) in data.streams.iter().enumerate() {
-        samples[i] += st.num_samples();
-        if let Layout::Sparse { indices, .. } = &st.layout {
-            nnz[i] += indices.len() as u64;
+/// Per stream: samples, non-zeros and sequences with a sample, counted chunk by chunk.
+struct StreamCounts {
+    samples: Vec<u64>,
+    nnz: Vec<u64>,
+    sequences: Vec<u64>,
+}
+
+impl StreamCounts {
+    fn new(streams: usize) -> StreamCounts {
+        StreamCounts { samples: vec![0; streams], nnz: vec![0; streams], sequences: vec![0; streams] }
+    }
+
+    fn add(&mut self, data: &ChunkData) {
+        for (i, st) in data.streams.iter().enumerate() {
+            self.samples[i] += st.num_samples();
+            if let Layout::Sparse { indices, .. } = &st.layout {
+                self.nnz[i] += indices.len() as u64;
+            }
+            self.sequences[i] += (0..st.num_sequences()).filter(|&q| st.sequence_len(q) > 0).count() as u64;
         }
-        seqs_with[i] += (0..st.num_sequences()).filter(|&q| st.sequence_len(q) > 0).count() as u64;
+    }
+
+    /// The streams' reports, in schema order.
+    fn reports(&self, streams: &[StreamSpec]) -> Vec<CbfStream> {
+        streams
+            .iter()
+            .enumerate()
+            .map(|(i, s)| CbfStream {
+                dim: u32::try_from(s.dim).unwrap_or(u32::MAX),
+                element_type: s.element_type,
+                name: s.name.clone(),
+                nnz: (s.format == StorageFormat::Sparse).then_some(self.nnz[i]),
+                samples: self.samples[i],
+                sequences: self.sequences[i],
+                storage: s.format,
+            })
+            .collect()
+    }
+}
+
+impl CbfLengths {
+    /// The distribution `lengths` holds, counted in `unit`.
+    fn of(lengths: &LengthStats, unit: &'static str) -> CbfLengths {
+        let q = |p: f64| lengths.quantile(p);
+        CbfLengths { exact: lengths.is_exact(), max: q(1.0), min: q(0.0), p50: q(0.5), p90: q(0.9), unit }
     }
 }
 

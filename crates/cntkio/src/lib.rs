@@ -41,6 +41,11 @@ pub fn interrupted() -> Error {
     Error::io("interrupted", std::io::Error::from(std::io::ErrorKind::Interrupted))
 }
 
+/// A thread count asked for: `threads` when given and not 0, else one per core.
+pub fn threads_or_cores(threads: Option<usize>) -> usize {
+    threads.filter(|&t| t > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// [`interrupted`] if `cancel` says to stop.
 pub(crate) fn check_cancel(cancel: Option<fn() -> bool>) -> Result<(), Error> {
     match cancel {

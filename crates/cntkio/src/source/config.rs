@@ -110,7 +110,7 @@ impl MinibatchConfig {
             std::env::var("CNTKIO_THREADS")
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .unwrap_or_else(|| crate::threads_or_cores(None))
         })
     }
 
