@@ -3,7 +3,7 @@
 use crate::args::BenchArgs;
 use crate::EXIT_OK;
 use cntkio::ctf::{index_config, index_streaming, scan_file, ScanOptions};
-use cntkio::{Error, InputFile, InputSpec};
+use cntkio::{Error, InputFile, InputSpec, StoredInput};
 use cntkio_core::ctf::parse::vector_paths;
 use serde_json::json;
 use std::ops::ControlFlow;
@@ -16,7 +16,7 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
     let mut reports = Vec::new();
     for job in &jobs {
         let input = match job {
-            InputSpec::Cbf(path) => {
+            InputSpec::Cbf(StoredInput { path, .. }) => {
                 let r = crate::cbf_cmds::bench(path, a.read.mmap, threads, a.repeat)?;
                 let (secs, bytes, samples) = (r.best_secs, r.bytes, r.samples);
                 let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -55,7 +55,7 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
                 }
                 continue;
             }
-            InputSpec::Arrow(path) => {
+            InputSpec::Arrow(StoredInput { path, .. }) => {
                 return Err(Error::option_value(
                     "FILE",
                     path.display().to_string(),

@@ -5,12 +5,9 @@ use crate::args::{ConvertArgs, RecompressArgs};
 use crate::output::Progress;
 use crate::signals::{self, Task};
 use crate::EXIT_OK;
-use cntkio::arrow::{
-    arrow_to_arrow, arrow_to_cbf, arrow_to_ctf, cbf_to_arrow, ctf_to_arrow, ArrowFormat, ArrowToCbf, ArrowToCtf,
-    ParquetCompression, ToArrow,
-};
+use cntkio::arrow::ParquetCompression;
 use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams, MetaCounts};
-use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, CtfToCbf, Format};
+use cntkio::convert::{Conversion, Format, Target};
 use cntkio::ctf::ScanOptions;
 use cntkio::{Access, ElementType, Error, Schema, StorageFormat, StreamSpec};
 use std::path::Path;
@@ -20,101 +17,39 @@ use std::time::Instant;
 pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
     let t = Instant::now();
     let in_len = std::fs::metadata(&a.input).map(|m| m.len()).unwrap_or(0);
-    let input_format = detect_format(&a.input)?;
-    let arrow_out = ArrowFormat::from_extension(&a.output);
-    if arrow_out.is_none() && (a.flatten || a.row_group_size.is_some()) {
+    let mut c = Conversion::new(&a.input, &a.output);
+    let (from, to) = c.route()?;
+    if !matches!(to, Target::Arrow(_)) && (a.flatten || a.row_group_size.is_some()) {
         let flag = if a.flatten { "--flatten" } else { "--row-group-size" };
         return Err(Error::option(flag, "applies to Parquet and Arrow outputs (OUT.parquet, OUT.arrow)"));
     }
-    let progress = Progress::bytes(in_len, "converting", quiet);
-    let (what, s) = match (input_format, arrow_out) {
-        (_, Some(format)) => {
-            let compression = ParquetCompression::parse(&a.parquet_compression).ok_or_else(|| {
-                Error::option_value("--parquet-compression", &a.parquet_compression, "must be zstd, snappy or none")
-            })?;
-            let rows_per_group = a.row_group_size.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-            let how = ToArrow { format, compression, rows_per_group, flatten: a.flatten, hooks: signals::hooks() };
-            let s = match input_format {
-                Format::Ctf => {
-                    let (input, scan, access) = ctf_input(a)?;
-                    converting(&a.output, || {
-                        ctf_to_arrow(
-                            &a.input,
-                            &a.output,
-                            &input.schema,
-                            &input.options,
-                            &scan,
-                            access,
-                            &how,
-                            &mut |b| progress.set(b),
-                        )
-                    })?
-                }
-                Format::Cbf => {
-                    let opts = cbf_options(a);
-                    converting(&a.output, || cbf_to_arrow(&a.input, &a.output, &opts, &how, &mut |b| progress.set(b)))?
-                }
-                Format::Parquet | Format::ArrowIpc => {
-                    converting(&a.output, || arrow_to_arrow(&a.input, &a.output, &how, &mut |b| progress.set(b)))?
-                }
-            };
-            let what = match format {
-                ArrowFormat::Parquet => "→ Parquet",
-                ArrowFormat::Ipc => "→ Arrow IPC",
-            };
-            (format!("{} {what}", input_format.name().to_uppercase()), s)
-        }
-        (Format::Parquet | Format::ArrowIpc, None) => {
-            // The format's extension comes before a compression's (`OUT.ctf.zst`).
-            let named = match cntkio::compress::OutputCompression::from_path(&a.output) {
-                Some(_) => Path::new(a.output.file_stem().unwrap_or_default()),
-                None => a.output.as_path(),
-            };
-            let ext = named.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).unwrap_or_default();
-            let from = if input_format == Format::Parquet { "Parquet" } else { "Arrow IPC" };
-            match ext.as_str() {
-                "ctf" | "txt" => {
-                    let how = ArrowToCtf { aliases: aliases(a)?, threads: a.read.threads(), hooks: signals::hooks() };
-                    let s = converting(&a.output, || arrow_to_ctf(&a.input, &a.output, &how, &mut |b| progress.set(b)))?;
-                    (format!("{from} → CTF"), s)
-                }
-                "cbf" | "bin" => {
-                    let chunk_size = a.read.chunk_size.unwrap_or(cntkio::options::DEFAULT_CHUNK_SIZE);
-                    let how = ArrowToCbf { writer: cbf_writer_options(a, chunk_size), hooks: signals::hooks() };
-                    let s = converting(&a.output, || arrow_to_cbf(&a.input, &a.output, &how, &mut |b| progress.set(b)))?;
-                    (format!("{from} → CBF"), s)
-                }
-                _ => {
-                    return Err(Error::option_value(
-                        "OUTPUT",
-                        a.output.display().to_string(),
-                        "has no extension that names a format: use .ctf or .txt (CTF), .cbf or .bin (CBF), .parquet, or .arrow",
-                    ))
-                }
-            }
-        }
-        (Format::Cbf, None) => {
-            let opts = cbf_options(a);
-            let how = CbfToCtf { cbf: opts, aliases: aliases(a)?, threads: a.read.threads(), hooks: signals::hooks() };
-            let s = converting(&a.output, || cbf_to_ctf(&a.input, &a.output, &how, &mut |b| progress.set(b)))?;
-            ("CBF → CTF".to_string(), s)
-        }
-        (Format::Ctf, None) => {
-            let (input, scan, access) = ctf_input(a)?;
-            let chunk_size = input.options.chunk_size;
-            let how = CtfToCbf {
-                ctf: input.options.clone(),
-                writer: cbf_writer_options(a, chunk_size),
-                scan,
-                access,
-                hooks: signals::hooks(),
-            };
-            let s = converting(&a.output, || {
-                ctf_to_cbf(&a.input, &a.output, &input.schema, &how, &mut |b| progress.set(b))
-            })?;
-            ("CTF → CBF".to_string(), s)
-        }
+    c.parquet_compression = ParquetCompression::parse(&a.parquet_compression).ok_or_else(|| {
+        Error::option_value("--parquet-compression", &a.parquet_compression, "must be zstd, snappy or none")
+    })?;
+    c.rows_per_group = a.row_group_size.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    c.flatten = a.flatten;
+    c.writer = cbf_writer_options(a, a.read.chunk_size.unwrap_or(cntkio::options::DEFAULT_CHUNK_SIZE));
+    if to == Target::Ctf {
+        c.aliases = aliases(a)?;
+    }
+    c.scan = ScanOptions {
+        threads: a.read.threads(),
+        skip_bad_sequences: a.read.skip_bad_sequences,
+        ..ScanOptions::default()
     };
+    c.hooks = signals::hooks();
+    match from {
+        Format::Ctf => {
+            let (input, access) = ctf_input(a)?;
+            c.ctf = Some(input);
+            c.access = access;
+        }
+        Format::Cbf => c.cbf = cbf_options(a),
+        Format::Parquet | Format::ArrowIpc => {}
+    }
+    let progress = Progress::bytes(in_len, "converting", quiet);
+    let s = converting(&a.output, || c.run(&mut |b| progress.set(b)))?;
+    let what = format!("{} → {}", from.title(), to.title());
     progress.finish();
     if !quiet {
         let secs = t.elapsed().as_secs_f64();
@@ -189,30 +124,25 @@ fn cbf_writer_options(a: &ConvertArgs, chunk_size: u64) -> CbfWriterOptions {
     writer
 }
 
-/// A CTF input: its schema and options (from the flags, a header file or a config), how it is parsed,
-/// and how it is read (mapped unless --no-mmap, its signals prepared).
-fn ctf_input(a: &ConvertArgs) -> Result<(cntkio::CtfInput, ScanOptions, Access), Error> {
+/// A CTF input: its schema and options (from the flags, a header file or a config), and how it is read
+/// (mapped unless --no-mmap, its signals prepared).
+fn ctf_input(a: &ConvertArgs) -> Result<(cntkio::CtfInput, Access), Error> {
     let mut input = match &a.header {
         Some(h) => cntkio::CtfInput {
             path: a.input.clone(),
             schema: read_header(h, a.read.precision.as_deref())?,
             options: a.read.options(),
         },
-        None => a.read.inputs(std::slice::from_ref(&a.input))?.remove(0),
+        None => a.read.ctf_input(&a.input)?,
     };
     input.options.chunk_size = a.read.chunk_size.unwrap_or(cntkio::options::DEFAULT_CHUNK_SIZE);
-    let scan = ScanOptions {
-        threads: a.read.threads(),
-        skip_bad_sequences: a.read.skip_bad_sequences,
-        ..ScanOptions::default()
-    };
     let access = a.read.access_mapped_by_default(a.no_mmap);
     if access != Access::Read {
         // A mapped input truncated meanwhile raises SIGBUS, which the binary's handler explains.
         signals::prepare_for_maps(Task::Conversion, &[(&a.input, a.read.no_map_hint())]);
         signals::reading_mapped(Some(0));
     }
-    Ok((input, scan, access))
+    Ok((input, access))
 }
 
 /// Runs a conversion into `output`, during which the binary's signal handlers remove its temporary file
@@ -229,7 +159,7 @@ fn converting<T>(output: &Path, f: impl FnOnce() -> Result<T, Error>) -> Result<
 pub fn read_header(path: &Path, precision: Option<&str>) -> Result<Schema, Error> {
     let t = match precision {
         None => ElementType::F32,
-        Some(p) => crate::args::precision(p)?,
+        Some(p) => crate::resolve::precision(p)?,
     };
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
     let mut streams = Vec::new();

@@ -4,7 +4,7 @@ use crate::args::DumpArgs;
 use crate::output::{push_dump_records, write_stdout, Progress};
 use crate::EXIT_OK;
 use cntkio::ctf::{scan_file, ScanOptions};
-use cntkio::{Error, InputFile, InputSpec};
+use cntkio::{Error, InputFile, InputSpec, StoredInput};
 use std::io::Write;
 use std::ops::ControlFlow;
 
@@ -17,7 +17,7 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
     let mut out = Vec::with_capacity(1 << 20);
     for job in &jobs {
         let input = match job {
-            InputSpec::Cbf(path) => {
+            InputSpec::Cbf(StoredInput { path, .. }) => {
                 let progress = Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "dumping", quiet);
                 let r = crate::cbf_cmds::dump(path, a.read.mmap, &mut w, &progress);
                 progress.finish();
@@ -25,7 +25,7 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
                 r?;
                 continue;
             }
-            InputSpec::Arrow(path) => {
+            InputSpec::Arrow(StoredInput { path, .. }) => {
                 let r = dump_arrow(path, &mut w, quiet);
                 w.flush().map_err(crate::output::stdout_error)?;
                 r?;

@@ -14,6 +14,7 @@ mod convert;
 mod dump;
 mod inspect;
 mod render;
+mod resolve;
 mod signals;
 mod validate;
 

@@ -10,7 +10,7 @@ use cntkio::validate::{
     stream_flag, validate_arrow, validate_cbf, validate_ctf, Finding, Summary, SummaryOptions, ValidateOptions,
     SHAPE_VERSION,
 };
-use cntkio::{Error, InputFile, InputSpec};
+use cntkio::{Error, InputFile, InputSpec, StoredInput};
 use serde_json::json;
 use std::path::Path;
 
@@ -30,14 +30,14 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
     let inputs: Vec<(&Path, &str)> = jobs
         .iter()
         .map(|j| match j {
-            InputSpec::Cbf(p) | InputSpec::Arrow(p) => (p.as_path(), "leave out --mmap"),
+            InputSpec::Cbf(s) | InputSpec::Arrow(s) => (s.path.as_path(), "leave out --mmap"),
             InputSpec::Ctf(i) => (i.path.as_path(), a.read.no_map_hint()),
         })
         .collect();
     signals::prepare_for_maps(Task::Validation, &inputs);
     for (i, job) in jobs.iter().enumerate() {
         let input = match job {
-            InputSpec::Cbf(path) => {
+            InputSpec::Cbf(StoredInput { path, .. }) => {
                 let progress =
                     Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "validating", quiet);
                 signals::reading_mapped(a.read.mmap.then_some(i));
@@ -68,7 +68,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
                 }
                 continue;
             }
-            InputSpec::Arrow(path) => {
+            InputSpec::Arrow(StoredInput { path, .. }) => {
                 let progress = Progress::bytes(0, "validating", quiet);
                 let r = validate_arrow(path, &vo, &mut |k| progress.set(k));
                 progress.finish();

@@ -2,16 +2,12 @@
 
 use crate::errors::{at_path, py_err, usage};
 use crate::spec::{from_dict, Spec};
-use cntkio::arrow::{
-    arrow_to_arrow, arrow_to_cbf, arrow_to_ctf, cbf_to_arrow, ctf_to_arrow, ArrowFormat, ArrowToCbf, ArrowToCtf,
-    ToArrow,
-};
-use cntkio::cbf::{CbfOptions, CbfWriterOptions, EmptyStreams};
-use cntkio::convert::{cbf_to_ctf, ctf_to_cbf, detect_format, CbfToCtf, ConvertSummary, CtfToCbf, Format, Hooks};
+use cntkio::cbf::{CbfWriterOptions, EmptyStreams};
+use cntkio::convert::{detect_format, Conversion, ConvertSummary, Format, Hooks, Target};
 use cntkio::ctf::ScanOptions;
 use cntkio::inspect::inspect;
-use cntkio::validate::{validate_cbf, validate_ctf, SummaryOptions, ValidateOptions};
-use cntkio::{Error, InputFile};
+use cntkio::validate::{validate_input, SummaryOptions, ValidateOptions};
+use cntkio::{Access, CtfOptions, Error, InputSpec};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::cell::{Cell, RefCell};
@@ -99,105 +95,45 @@ pub fn convert<'py>(
     row_group_size: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let spec = config.map(from_dict).transpose()?;
-    let format = py.detach(|| detect_format(&input)).map_err(|e| py_err(at_path(e, &input)))?;
-    let nthreads = cntkio::threads_or_cores(threads);
     let chunk_size = chunk_size.unwrap_or(cntkio::options::DEFAULT_CHUNK_SIZE);
     if chunk_size == 0 {
         return Err(usage("chunk_size must be > 0"));
     }
-    let hooks = Hooks { cancel: Some(python_signal_raised), ..Hooks::default() };
-    let arrow_out = ArrowFormat::from_extension(&output);
-    if (flatten || row_group_size.is_some()) && arrow_out.is_none() {
-        let what = if flatten { "flatten" } else { "row_group_size" };
-        return Err(usage(format!("{what} applies to Parquet and Arrow outputs (.parquet, .arrow)")));
-    }
     if row_group_size == Some(0) {
         return Err(usage("row_group_size must be > 0"));
     }
-    if let Some(f) = arrow_out {
-        let how = ToArrow { flatten, hooks, rows_per_group: row_group_size, ..ToArrow::new(f) };
-        let summary = match (format, spec) {
-            (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => {
-                let scan = ScanOptions { threads: nthreads, skip_bad_sequences, ..ScanOptions::default() };
-                interruptible(
-                    py,
-                    || ctf_to_arrow(&input, &output, &schema, &options, &scan, access, &how, &mut |_| {}),
-                    py_err,
-                )
-            }
-            (Format::Ctf, _) => {
-                return Err(usage(format!(
-                    "{} is CTF: converting it needs its streams (a StreamDefs or a CTFDeserializer)",
-                    input.display()
-                )))
-            }
-            (Format::Cbf, spec) => {
-                let options = match spec {
-                    Some(Spec::Cbf { options, .. }) => options,
-                    _ => CbfOptions::default(),
-                };
-                interruptible(py, || cbf_to_arrow(&input, &output, &options, &how, &mut |_| {}), py_err)
-            }
-            (Format::Parquet | Format::ArrowIpc, _) => {
-                interruptible(py, || arrow_to_arrow(&input, &output, &how, &mut |_| {}), py_err)
-            }
-        }?;
-        return totals(py, format, summary);
+    let mut c = Conversion::new(&input, &output);
+    let (format, to) = py.detach(|| c.route()).map_err(|e| py_err(at_path(e, &input)))?;
+    if (flatten || row_group_size.is_some()) && !matches!(to, Target::Arrow(_)) {
+        let what = if flatten { "flatten" } else { "row_group_size" };
+        return Err(usage(format!("{what} applies to Parquet and Arrow outputs (.parquet, .arrow)")));
     }
-    let cbf_out = output
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("cbf") || e.eq_ignore_ascii_case("bin"));
-    let summary = match (format, spec) {
-        (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => {
-            let mut writer = cbf_writer(chunk_size, ctf2bin_compatible);
-            if skip_bad_sequences {
-                writer.empty_streams = EmptyStreams::Drop;
-            }
-            let how = CtfToCbf {
-                ctf: options,
-                writer,
-                scan: ScanOptions { threads: nthreads, skip_bad_sequences, ..ScanOptions::default() },
-                access,
-                hooks: Hooks { cancel: Some(python_signal_raised), ..Hooks::default() },
-            };
-            interruptible(py, || ctf_to_cbf(&input, &output, &schema, &how, &mut |_| {}), py_err)
+    c.flatten = flatten;
+    c.rows_per_group = row_group_size;
+    c.writer =
+        if ctf2bin_compatible { CbfWriterOptions::ctf2bin(chunk_size) } else { CbfWriterOptions::new(chunk_size) };
+    if skip_bad_sequences {
+        c.writer.empty_streams = EmptyStreams::Drop;
+    }
+    c.aliases = aliases.unwrap_or_default();
+    c.scan = ScanOptions { threads: cntkio::threads_or_cores(threads), skip_bad_sequences, ..ScanOptions::default() };
+    c.hooks = Hooks { cancel: Some(python_signal_raised), ..Hooks::default() };
+    match (format, spec) {
+        (Format::Ctf, Some(Spec::Ctf { input, access })) => {
+            c.ctf = Some(input);
+            c.access = access;
         }
         (Format::Ctf, _) => {
             return Err(usage(format!(
-                "{} is CTF: converting it to CBF needs its streams (a StreamDefs or a CTFDeserializer)",
-                input.display()
+                "{} is CTF: converting it needs its streams (a StreamDefs or a CTFDeserializer)",
+                c.input.display()
             )))
         }
-        (Format::Cbf, spec) => {
-            let options = match spec {
-                Some(Spec::Cbf { options, .. }) => options,
-                _ => CbfOptions::default(),
-            };
-            let aliases = aliases.unwrap_or_default();
-            let hooks = Hooks { cancel: Some(python_signal_raised), ..Hooks::default() };
-            let how = CbfToCtf { cbf: options, aliases, threads: nthreads, hooks };
-            interruptible(py, || cbf_to_ctf(&input, &output, &how, &mut |_| {}), py_err)
-        }
-        (Format::Parquet | Format::ArrowIpc, _) if cbf_out => {
-            let how = ArrowToCbf { writer: cbf_writer(chunk_size, ctf2bin_compatible), hooks };
-            interruptible(py, || arrow_to_cbf(&input, &output, &how, &mut |_| {}), py_err)
-        }
-        (Format::Parquet | Format::ArrowIpc, _) => {
-            let how = ArrowToCtf { aliases: aliases.unwrap_or_default(), threads: nthreads, hooks };
-            interruptible(py, || arrow_to_ctf(&input, &output, &how, &mut |_| {}), py_err)
-        }
-    }?;
-    totals(py, format, summary)
-}
-
-/// The CBF writer's options: CNTK's `ctf2bin.py` layout or cntkio's.
-fn cbf_writer(chunk_size: u64, ctf2bin_compatible: bool) -> CbfWriterOptions {
-    if ctf2bin_compatible {
-        CbfWriterOptions::ctf2bin(chunk_size)
-    } else {
-        CbfWriterOptions::new(chunk_size)
+        (Format::Cbf, Some(Spec::Cbf { input, mmap })) => c.cbf = input.options.mmap(mmap),
+        _ => {}
     }
+    let summary = interruptible(py, || c.run(&mut |_| {}), py_err)?;
+    totals(py, format, summary)
 }
 
 /// The totals of a conversion as a dict.
@@ -232,46 +168,32 @@ pub fn validate_json<'py>(
         warnings,
         cancel: Some(python_signal_raised),
     };
-    let format = py.detach(|| detect_format(&path)).map_err(|e| py_err(at_path(e, &path)))?;
     let err = |e| py_err(at_path(e, &path));
-    let (r, schema, schema_inferred) = match (format, spec) {
-        (Format::Cbf, spec) => {
-            let options = match spec {
-                Some(Spec::Cbf { options, .. }) => options,
-                _ => CbfOptions::default(),
-            };
-            (interruptible(py, || validate_cbf(&path, &options, &vo, &mut |_| {}), err)?, None, false)
-        }
-        (Format::Ctf, Some(Spec::Ctf { schema, options, access, .. })) => {
-            let r = interruptible(
-                py,
-                || {
-                    let file = InputFile::open(&path, access)?;
-                    validate_ctf(&file, &schema, &options, &vo, &mut |_| {}, &mut |_| {})
-                },
-                err,
-            )?;
-            (r, Some(schema), false)
-        }
-        (Format::Parquet | Format::ArrowIpc, _) => {
-            (interruptible(py, || cntkio::validate::validate_arrow(&path, &vo, &mut |_| {}), err)?, None, false)
-        }
-        // Without streams: checked with the schema its rows suggest.
-        (Format::Ctf, _) => {
-            let (r, schema) = interruptible(
-                py,
-                || {
-                    let file = InputFile::open(&path, cntkio::Access::Read)?;
-                    let (schema, _) = cntkio::ctf::infer_schema(&file, false)?;
-                    let opts = cntkio::CtfOptions::default();
-                    Ok((validate_ctf(&file, &schema, &opts, &vo, &mut |_| {}, &mut |_| {})?, schema))
-                },
-                err,
-            )?;
-            (r, Some(schema), true)
-        }
+    let run = || -> Result<_, Error> {
+        let (input, access, schema_inferred) = match spec {
+            Some(Spec::Ctf { input, access }) => {
+                let mut given = || Ok((input.schema.clone(), input.options.clone()));
+                (InputSpec::detect(&path, &mut given)?, access, false)
+            }
+            Some(Spec::Cbf { input, mmap }) if detect_format(&path)? != Format::Ctf => {
+                (InputSpec::stored(input)?, if mmap { Access::Mmap } else { Access::Read }, false)
+            }
+            // Without streams: a CTF file is checked with the schema its rows suggest.
+            _ => {
+                let input = InputSpec::inferred(&path, &CtfOptions::default())?;
+                let inferred = matches!(input, InputSpec::Ctf(_));
+                (input, Access::Read, inferred)
+            }
+        };
+        let r = validate_input(&input, access, &vo, &mut |_| {}, &mut |_| {})?;
+        Ok((r, input, schema_inferred))
     };
-    let summary = r.summary(&SummaryOptions { schema: schema.as_ref(), schema_inferred, limit });
+    let (r, input, schema_inferred) = interruptible(py, run, err)?;
+    let schema = match &input {
+        InputSpec::Ctf(i) => Some(&i.schema),
+        InputSpec::Cbf(_) | InputSpec::Arrow(_) => None,
+    };
+    let summary = r.summary(&SummaryOptions { schema, schema_inferred, limit });
     serde_json::to_string(&summary).map_err(|e| usage(format!("cannot encode the report: {e}")))
 }
 

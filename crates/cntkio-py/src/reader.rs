@@ -5,168 +5,27 @@ use crate::arrays::{chunk_to_py, concat};
 use crate::arrow::ArrowStream;
 use crate::errors::{at_path, py_err};
 use crate::spec::{from_dict, Spec};
-use cntkio::arrow::{ArrowFile, ArrowSource, Rows};
-use cntkio::cbf::{CbfFile, CbfOptions};
-use cntkio::convert::{detect_format, Format};
+use cntkio::arrow::Rows;
 use cntkio::ctf::{scan_file, ScanOptions};
-use cntkio::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
-use cntkio::source::{CbfSource, Deserializer, SourceChunk};
-use cntkio::{ChunkData, CtfReader, ElementType, Error, InputFile, Schema, StreamSpec};
+use cntkio::source::Deserializer;
+use cntkio::{ChunkData, CtfInput, ElementType, Error, InputFile, Schema, StreamSpec};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rayon::prelude::*;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-/// The files a CBF deserializer reads: CBF, and Parquet or Arrow IPC in cntkio's Arrow mapping (told apart
-/// by their magic bytes).
-#[derive(Debug)]
-enum Stored {
-    Cbf(CbfSource),
-    Arrow(ArrowSource),
-}
-
-impl Stored {
-    /// Opens `path` with the deserializer's renames (and, for CBF, its other options).
-    fn open(path: &std::path::Path, options: &CbfOptions) -> Result<Stored, Error> {
-        Ok(match detect_format(path)? {
-            Format::Parquet | Format::ArrowIpc => {
-                let mut s = ArrowSource::open(path)?;
-                for (from, to) in s.rename(&options.renames)? {
-                    let p = path.display();
-                    log::warn!(
-                        "{p}: rename of stream \"{from}\" to \"{to}\" ignored: the file has no stream \"{from}\""
-                    );
-                }
-                Stored::Arrow(s)
-            }
-            _ => Stored::Cbf(CbfSource::new(CbfFile::open_with(path, options)?)?),
-        })
-    }
-
-    fn source(&self) -> &dyn Deserializer {
-        match self {
-            Stored::Cbf(c) => c,
-            Stored::Arrow(a) => a,
-        }
-    }
-}
-
-/// A CBF (or Parquet, or Arrow IPC) file as a deserializer of the minibatch source, its streams converted
-/// to the element type asked for (`precision`), if any.
-#[derive(Debug)]
-pub struct CbfDeserializer {
-    source: Stored,
-    streams: Vec<StreamSpec>,
-    precision: Option<ElementType>,
-}
-
-impl SequenceSource for CbfDeserializer {
-    fn chunks(&self) -> &[ChunkInfo] {
-        self.source.source().chunks()
-    }
-    fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
-        self.source.source().sequences(chunk, out)
-    }
-}
-
-impl Deserializer for CbfDeserializer {
-    fn streams(&self) -> &[StreamSpec] {
-        &self.streams
-    }
-    fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
-        match &self.source {
-            Stored::Cbf(c) => Ok(Arc::new(read_cbf_chunk(c.file(), chunk as usize, self.precision)?)),
-            // Through the source, which checks the chunk holds the sequences it announced.
-            Stored::Arrow(a) => match (a.load_chunk(chunk)?, self.precision) {
-                (d, None) => Ok(d),
-                (d, Some(t)) => {
-                    let mut d = Arc::try_unwrap(d).unwrap_or_else(|shared| (*shared).clone());
-                    cntkio_core::cbf::convert_element_type(&mut d, t);
-                    Ok(Arc::new(d))
-                }
-            },
-        }
-    }
-    fn load_source_chunk(&self, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
-        let same_types =
-            self.streams.iter().zip(self.source.source().streams()).all(|(a, b)| a.element_type == b.element_type);
-        match &self.source {
-            // The file's own element types: the records are kept undecoded and copied once, into the
-            // minibatch (decoding the whole chunk first would copy every value twice).
-            Stored::Cbf(c) if same_types => c.load_source_chunk(chunk, spare),
-            _ => Ok(SourceChunk::from_data(self.load_chunk(chunk)?)),
-        }
-    }
-}
-
-enum Inner {
-    Ctf(Arc<CtfReader>),
-    Cbf(Arc<CbfDeserializer>),
-}
-
 /// An opened deserializer: a CTF file indexed (or its index cache loaded), or a CBF header and its
-/// per-sequence meta counts read.
+/// per-sequence meta counts read (Parquet and Arrow IPC: their keys and lengths).
 #[pyclass(module = "cntkio._native", frozen)]
 pub struct Reader {
-    inner: Inner,
-    streams: Vec<StreamSpec>,
+    source: Arc<dyn Deserializer>,
 }
 
 impl Reader {
     /// The opened file as a deserializer of the minibatch source (shared, not reopened).
     pub fn deserializer(&self) -> Arc<dyn Deserializer> {
-        match &self.inner {
-            Inner::Ctf(r) => r.clone(),
-            Inner::Cbf(c) => c.clone(),
-        }
-    }
-}
-
-/// `streams` with the element type asked for.
-fn with_precision(mut streams: Vec<StreamSpec>, precision: Option<ElementType>) -> Vec<StreamSpec> {
-    if let Some(t) = precision {
-        for x in &mut streams {
-            x.element_type = t;
-        }
-    }
-    streams
-}
-
-/// The streams a CBF file delivers, with the element type asked for.
-fn cbf_streams(file: &CbfFile, precision: Option<ElementType>) -> Result<Vec<StreamSpec>, Error> {
-    Ok(with_precision(file.schema()?.streams().to_vec(), precision))
-}
-
-/// The streams a Parquet or Arrow IPC file delivers to a CBF deserializer: renamed, with the element type
-/// asked for.
-fn arrow_streams(
-    file: &ArrowFile,
-    options: &CbfOptions,
-    precision: Option<ElementType>,
-) -> Result<Vec<StreamSpec>, Error> {
-    let mut streams = file.schema().streams().to_vec();
-    cntkio_core::schema::rename_streams(streams.iter_mut().map(|s| &mut s.name).collect(), &options.renames)?;
-    Ok(with_precision(streams, precision))
-}
-
-fn read_arrow_chunk(file: &ArrowFile, k: usize, precision: Option<ElementType>) -> Result<ChunkData, Error> {
-    let mut d = file.read_chunk(k)?;
-    if let Some(t) = precision {
-        cntkio_core::cbf::convert_element_type(&mut d, t);
-    }
-    Ok(d)
-}
-
-/// Whether the file a CBF deserializer names is Parquet or Arrow IPC.
-fn is_arrow(path: &std::path::Path) -> Result<bool, Error> {
-    Ok(matches!(detect_format(path)?, Format::Parquet | Format::ArrowIpc))
-}
-
-fn read_cbf_chunk(file: &CbfFile, k: usize, precision: Option<ElementType>) -> Result<ChunkData, Error> {
-    match precision {
-        Some(t) => file.read_chunk_as(k, t),
-        None => file.read_chunk(k),
+        self.source.clone()
     }
 }
 
@@ -191,20 +50,9 @@ impl Reader {
         let spec = from_dict(config)?;
         py.detach(|| {
             crate::pool::run(|| -> Result<Reader, Error> {
-                Ok(match spec {
-                    Spec::Ctf { path, schema, options, access } => {
-                        let threads = cntkio::threads_or_cores(None);
-                        let r = CtfReader::open_with(&path, &schema, &options, access, threads)
-                            .map_err(|e| at_path(e, &path))?;
-                        Reader { streams: schema.streams().to_vec(), inner: Inner::Ctf(Arc::new(r)) }
-                    }
-                    Spec::Cbf { path, options, precision } => {
-                        let source = Stored::open(&path, &options).map_err(|e| at_path(e, &path))?;
-                        let streams = with_precision(source.source().streams().to_vec(), precision);
-                        let c = CbfDeserializer { source, streams: streams.clone(), precision };
-                        Reader { streams, inner: Inner::Cbf(Arc::new(c)) }
-                    }
-                })
+                let (input, mmap) = spec.into_input()?;
+                let source = input.open(mmap, cntkio::threads_or_cores(None)).map_err(|e| at_path(e, input.path()))?;
+                Ok(Reader { source })
             })
         })
         .map_err(py_err)
@@ -212,31 +60,17 @@ impl Reader {
 
     /// Number of chunks.
     fn num_chunks(&self) -> usize {
-        match &self.inner {
-            Inner::Ctf(r) => r.index().chunks.len(),
-            Inner::Cbf(c) => match &c.source {
-                Stored::Cbf(s) => s.file().chunk_count(),
-                Stored::Arrow(a) => a.file().chunk_count(),
-            },
-        }
+        self.source.chunks().len()
     }
 
     /// `(sequences, samples)` of each chunk, from the index or the CBF chunk table.
     fn chunk_sizes(&self) -> Vec<(u64, u64)> {
-        match &self.inner {
-            Inner::Ctf(r) => r.chunks().iter().map(|c| (u64::from(c.num_sequences), c.num_samples)).collect(),
-            Inner::Cbf(c) => match &c.source {
-                Stored::Cbf(s) => {
-                    s.file().chunks().iter().map(|c| (u64::from(c.num_sequences), u64::from(c.num_samples))).collect()
-                }
-                Stored::Arrow(a) => a.chunks().iter().map(|c| (u64::from(c.num_sequences), c.num_samples)).collect(),
-            },
-        }
+        self.source.chunks().iter().map(|c| (u64::from(c.num_sequences), c.num_samples)).collect()
     }
 
     /// `(name, alias, dim, is_sparse, dtype, defines_mb_size)` of each stream, in delivery order.
     fn stream_infos<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        self.streams.iter().map(|s| stream_info(py, s)).collect()
+        self.source.streams().iter().map(|s| stream_info(py, s)).collect()
     }
 
     /// Loads chunk `i` (see `arrays::chunk_to_py` for the layout).
@@ -248,12 +82,8 @@ impl Reader {
         let data = py
             .detach(|| {
                 crate::pool::run(|| -> Result<ChunkData, Error> {
-                    match &self.inner {
-                        Inner::Ctf(r) => {
-                            Ok(Arc::try_unwrap(CtfReader::load_chunk(r, i)?).unwrap_or_else(|a| (*a).clone()))
-                        }
-                        Inner::Cbf(c) => Ok(Arc::try_unwrap(c.load_chunk(i as u32)?).unwrap_or_else(|a| (*a).clone())),
-                    }
+                    let data = self.source.load_chunk(i as u32)?;
+                    Ok(Arc::try_unwrap(data).unwrap_or_else(|shared| (*shared).clone()))
                 })
             })
             .map_err(py_err)?;
@@ -303,19 +133,13 @@ fn rows(flatten: bool) -> Rows {
 /// The stream infos of a deserializer config without keeping it open (CBF: reads the header).
 #[pyfunction]
 pub fn stream_infos<'py>(py: Python<'py>, config: &Bound<'py, PyDict>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-    let streams = match from_dict(config)? {
-        Spec::Ctf { schema, .. } => schema.streams().to_vec(),
-        Spec::Cbf { path, options, precision } => py
-            .detach(|| {
-                if is_arrow(&path)? {
-                    arrow_streams(&ArrowFile::open(&path)?, &options, precision)
-                } else {
-                    CbfFile::open_with(&path, &options).and_then(|f| cbf_streams(&f, precision))
-                }
-            })
-            .map_err(|e| at_path(e, &path))
-            .map_err(py_err)?,
-    };
+    let spec = from_dict(config)?;
+    let streams = py
+        .detach(|| {
+            let (input, _) = spec.into_input()?;
+            input.streams().map_err(|e| at_path(e, input.path()))
+        })
+        .map_err(py_err)?;
     streams.iter().map(|s| stream_info(py, s)).collect()
 }
 
@@ -332,7 +156,7 @@ pub fn read_all<'py>(
     let data = py
         .detach(|| -> Result<ChunkData, Error> {
             match spec {
-                Spec::Ctf { path, schema, options, access } => {
+                Spec::Ctf { input: CtfInput { path, schema, options }, access } => {
                     let file = InputFile::open(&path, access).map_err(|e| at_path(e, &path))?;
                     let mut acc = ChunkData::new(&schema);
                     let scan = ScanOptions { threads: nthreads, ..ScanOptions::default() };
@@ -350,24 +174,22 @@ pub fn read_all<'py>(
                     .map_err(|e| at_path(e, &path))?;
                     Ok(acc)
                 }
-                Spec::Cbf { path, options, precision } => {
+                spec @ Spec::Cbf { .. } => {
+                    let (input, mmap) = spec.into_input()?;
+                    let source = input.open(mmap, 1).map_err(|e| at_path(e, input.path()))?;
                     let pool = rayon::ThreadPoolBuilder::new()
                         .num_threads(nthreads)
                         .build()
                         .map_err(|e| Error::io("start reader threads", std::io::Error::other(e)))?;
-                    let read_all = |n: usize, read: &(dyn Fn(usize) -> Result<ChunkData, Error> + Sync)| {
-                        pool.install(|| (0..n).into_par_iter().map(read).collect::<Result<Vec<_>, _>>())
-                    };
-                    let (schema, chunks) = if is_arrow(&path).map_err(|e| at_path(e, &path))? {
-                        let file = ArrowFile::open(&path)?;
-                        let schema = Schema::new(arrow_streams(&file, &options, precision)?)?;
-                        (schema, read_all(file.chunk_count(), &|k| read_arrow_chunk(&file, k, precision))?)
-                    } else {
-                        let file = CbfFile::open_with(&path, &options).map_err(|e| at_path(e, &path))?;
-                        let schema = Schema::new(cbf_streams(&file, precision)?)?;
-                        (schema, read_all(file.chunk_count(), &|k| read_cbf_chunk(&file, k, precision))?)
-                    };
-                    Ok(concat(ChunkData::new(&schema), chunks))
+                    let chunks = pool.install(|| {
+                        (0..source.chunks().len() as u32)
+                            .into_par_iter()
+                            .map(|k| {
+                                Ok(Arc::try_unwrap(source.load_chunk(k)?).unwrap_or_else(|shared| (*shared).clone()))
+                            })
+                            .collect::<Result<Vec<_>, Error>>()
+                    })?;
+                    Ok(concat(ChunkData::new(&Schema::new(source.streams().to_vec())?), chunks))
                 }
             }
         })

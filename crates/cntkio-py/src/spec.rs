@@ -3,7 +3,7 @@
 
 use crate::errors::usage;
 use cntkio::cbf::CbfOptions;
-use cntkio::{Access, CtfOptions, ElementType, Schema, StorageFormat, StreamSpec};
+use cntkio::{Access, CtfInput, CtfOptions, ElementType, InputSpec, Schema, StorageFormat, StoredInput, StreamSpec};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
@@ -32,26 +32,31 @@ const CBF_KEYS: &[&str] = &["type", "file", "input", "precision", "traceLevel", 
 /// One deserializer: what to read and how.
 #[derive(Debug, Clone)]
 pub enum Spec {
-    /// A CTF file.
+    /// A CTF file with its streams and CNTK's deserializer options.
     Ctf {
-        /// The file.
-        path: PathBuf,
-        /// Its streams.
-        schema: Schema,
-        /// CNTK's deserializer options.
-        options: CtfOptions,
+        /// The file, its streams and options.
+        input: CtfInput,
         /// File access.
         access: Access,
     },
-    /// A CBF file.
+    /// A CBF file (or Parquet, or Arrow IPC) with its renames and precision.
     Cbf {
-        /// The file.
-        path: PathBuf,
-        /// Renames and mmap.
-        options: CbfOptions,
-        /// Convert every stream to this element type (None: the file's).
-        precision: Option<ElementType>,
+        /// The file, its renames and precision.
+        input: StoredInput,
+        /// Read through a memory map.
+        mmap: bool,
     },
+}
+
+impl Spec {
+    /// The library's description of the input (a CBF deserializer's file told apart from Parquet and
+    /// Arrow IPC by its first bytes) and whether to map it.
+    pub fn into_input(self) -> Result<(InputSpec, bool), cntkio::Error> {
+        match self {
+            Spec::Ctf { input, access } => Ok((InputSpec::Ctf(input), access == Access::Mmap)),
+            Spec::Cbf { input, mmap } => Ok((InputSpec::stored(input)?, mmap)),
+        }
+    }
 }
 
 fn get<'py, T: FromPyObject<'py>>(d: &Bound<'py, PyDict>, key: &str, what: &str) -> PyResult<Option<T>> {
@@ -154,11 +159,11 @@ pub fn from_dict(d: &Bound<'_, PyDict>) -> PyResult<Spec> {
             if let Some(t) = number(d, "traceLevel")? {
                 options.trace_level = u32::try_from(t).unwrap_or(u32::MAX);
             }
-            Ok(Spec::Ctf { path, schema, options, access })
+            Ok(Spec::Ctf { input: CtfInput { path, schema, options }, access })
         }
         CBF_TYPE => {
             check_keys(d, CBF_KEYS, "CBFDeserializer")?;
-            let mut options = CbfOptions::default().mmap(access == Access::Mmap);
+            let mut options = CbfOptions::default();
             if let Some(input) = input {
                 for (name, s) in stream_dicts(&input)? {
                     if let Some(alias) = get::<String>(&s, "alias", "a string")? {
@@ -168,7 +173,8 @@ pub fn from_dict(d: &Bound<'_, PyDict>) -> PyResult<Spec> {
                     }
                 }
             }
-            Ok(Spec::Cbf { path, options, precision: precision(d)? })
+            let input = StoredInput { path, options, precision: precision(d)? };
+            Ok(Spec::Cbf { input, mmap: access == Access::Mmap })
         }
         other => Err(usage(format!("unknown deserializer type {other:?}; cntkio reads {CTF_TYPE:?} and {CBF_TYPE:?}"))),
     }

@@ -12,6 +12,8 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use crate::conversion::{Conversion, Target};
+
 /// The input formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -33,6 +35,16 @@ impl Format {
             Format::Cbf => "cbf",
             Format::Parquet => "parquet",
             Format::ArrowIpc => "arrow",
+        }
+    }
+
+    /// `CTF`, `CBF`, `Parquet` or `Arrow IPC`, for messages.
+    pub fn title(self) -> &'static str {
+        match self {
+            Format::Ctf => "CTF",
+            Format::Cbf => "CBF",
+            Format::Parquet => "Parquet",
+            Format::ArrowIpc => "Arrow IPC",
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod arrow;
 pub mod cbf;
 pub mod compress;
 pub mod config;
+mod conversion;
 pub mod convert;
 pub mod inspect;
 pub mod options;
@@ -32,7 +33,7 @@ pub mod remote;
 pub use compress::Compression;
 pub use ctf::{CtfIndex, CtfReader};
 pub use input::{Access, InputFile};
-pub use inputs::{CtfInput, InputSpec};
+pub use inputs::{CtfInput, InputSpec, StoredInput};
 
 /// The error of a pass stopped by its caller's `cancel` hook ([`convert::Hooks::cancel`],
 /// [`validate::ValidateOptions::cancel`]): an I/O error of kind

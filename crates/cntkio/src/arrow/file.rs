@@ -3,8 +3,8 @@
 
 use super::{decode, format_error, ArrowFormat, Mapping, Rows};
 use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
-use crate::source::Deserializer;
-use crate::{ChunkData, Error, Schema, StreamSpec};
+use crate::source::{set_element_types, Deserializer};
+use crate::{ChunkData, ElementType, Error, Schema, StreamSpec};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::{Array, RecordBatch};
@@ -321,6 +321,8 @@ pub struct ArrowSource {
     sequences: Vec<SequenceInfo>,
     /// `sequences[offsets[c]..offsets[c + 1]]` are chunk `c`'s.
     offsets: Vec<usize>,
+    /// Every stream delivered as this element type (None: the file's).
+    precision: Option<ElementType>,
 }
 
 impl ArrowSource {
@@ -346,7 +348,7 @@ impl ArrowSource {
             offsets.push(sequences.len());
         }
         let streams = file.schema().streams().to_vec();
-        Ok(ArrowSource { file, streams, chunks, sequences, offsets })
+        Ok(ArrowSource { file, streams, chunks, sequences, offsets, precision: None })
     }
 
     /// Renames streams as CNTK's CBF deserializer does: `(name in the file, new name)` pairs (see
@@ -355,8 +357,18 @@ impl ArrowSource {
     pub fn rename(&mut self, renames: &[(String, String)]) -> Result<Vec<(String, String)>, Error> {
         let mut streams = self.file.schema().streams().to_vec();
         let unused = cntkio_core::schema::rename_streams(streams.iter_mut().map(|s| &mut s.name).collect(), renames)?;
+        set_element_types(&mut streams, self.precision);
         self.streams = streams;
         Ok(unused)
+    }
+
+    /// Delivers every stream as element type `t` (CNTK's `precision`); `None` keeps the file's types.
+    pub fn with_precision(mut self, t: Option<ElementType>) -> ArrowSource {
+        self.precision = t;
+        for (s, f) in self.streams.iter_mut().zip(self.file.schema().streams()) {
+            s.element_type = t.unwrap_or(f.element_type);
+        }
+        self
     }
 
     /// The file.
@@ -386,13 +398,16 @@ impl Deserializer for ArrowSource {
         &self.streams
     }
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
-        let d = self.file.read_chunk(chunk as usize)?;
+        let mut d = self.file.read_chunk(chunk as usize)?;
         // The sequences must be those the source announced (a file changed since it was opened is not).
         let c = chunk as usize;
         let announced = &self.sequences[self.offsets[c]..self.offsets[c + 1]];
         if d.num_sequences() != announced.len() || d.keys.iter().zip(announced).any(|(&k, s)| k != s.key) {
             return Err(format_error(format!("chunk {c} changed since the file was opened"))
                 .with_path(self.file.path().display().to_string()));
+        }
+        if let Some(t) = self.precision {
+            cntkio_core::cbf::convert_element_type(&mut d, t);
         }
         Ok(Arc::new(d))
     }

@@ -5,7 +5,7 @@
 use super::SourceChunk;
 use crate::cbf::{CbfFile, CbfOptions};
 use crate::randomize::{ChunkInfo, SequenceInfo, SequenceSource};
-use crate::{ChunkData, CtfReader, Error, ErrorKind, StreamSpec};
+use crate::{ChunkData, CtfReader, ElementType, Error, ErrorKind, StreamSpec};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -91,6 +91,8 @@ pub struct CbfSource {
     file: Arc<CbfFile>,
     chunks: Vec<ChunkInfo>,
     streams: Vec<StreamSpec>,
+    /// Every stream delivered as this element type (None: the file's).
+    precision: Option<ElementType>,
 }
 
 impl CbfSource {
@@ -112,12 +114,30 @@ impl CbfSource {
             .map(|e| ChunkInfo { num_samples: u64::from(e.num_samples), num_sequences: e.num_sequences })
             .collect();
         let streams = file.streams().iter().map(|s| s.to_spec()).collect();
-        Ok(CbfSource { file: Arc::new(file), chunks, streams })
+        Ok(CbfSource { file: Arc::new(file), chunks, streams, precision: None })
+    }
+
+    /// Delivers every stream as element type `t` (CNTK's `precision`), converted as the records are
+    /// decoded; `None` keeps the file's types.
+    pub fn with_precision(mut self, t: Option<ElementType>) -> CbfSource {
+        self.precision = t;
+        self.streams = self.file.streams().iter().map(|s| s.to_spec()).collect();
+        set_element_types(&mut self.streams, t);
+        self
     }
 
     /// The file.
     pub fn file(&self) -> &CbfFile {
         &self.file
+    }
+}
+
+/// Sets every stream's element type to `t`, where given (CNTK's `precision`).
+pub(crate) fn set_element_types(streams: &mut [StreamSpec], t: Option<ElementType>) {
+    if let Some(t) = t {
+        for s in streams {
+            s.element_type = t;
+        }
     }
 }
 
@@ -144,9 +164,18 @@ impl Deserializer for CbfSource {
         &self.streams
     }
     fn load_chunk(&self, chunk: u32) -> Result<Arc<ChunkData>, Error> {
-        Ok(Arc::new(self.file.read_chunk(chunk as usize)?))
+        Ok(Arc::new(match self.precision {
+            Some(t) => self.file.read_chunk_as(chunk as usize, t)?,
+            None => self.file.read_chunk(chunk as usize)?,
+        }))
     }
     fn load_source_chunk(&self, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
+        let converted = self.file.streams().iter().zip(&self.streams).any(|(f, s)| f.element_type != s.element_type);
+        if converted {
+            return Ok(SourceChunk::from_data(self.load_chunk(chunk)?));
+        }
+        // The file's own element types: the records are kept undecoded and copied once, into the
+        // minibatch (decoding the whole chunk first would copy every value twice).
         SourceChunk::load_cbf(&self.file, chunk as usize, spare)
     }
 }

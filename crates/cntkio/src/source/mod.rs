@@ -81,6 +81,7 @@ pub use batch::{Batch, PlannedBatch};
 pub use bptt::{BpttLayout, BpttState, Fragment, HeldSequence, RowState};
 pub use chunk::SourceChunk;
 pub use config::{MinibatchConfig, RunLength, FULL_DATA_SWEEP, INFINITELY_REPEAT};
+pub(crate) use deserializer::set_element_types;
 pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
 pub use feed::{BatchPool, FedBatch, FedPart, Feed, FeedConfig, HostPin, Recycler};
 pub use state::SourceState;

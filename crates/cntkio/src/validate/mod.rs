@@ -32,7 +32,8 @@ use crate::cbf::{CbfFile, CbfOptions};
 use crate::convert::Format;
 use crate::ctf::parse::Tally;
 use crate::ctf::{scan_file, ScanOptions};
-use crate::input::InputFile;
+use crate::input::{Access, InputFile};
+use crate::InputSpec;
 use crate::{ChunkData, CtfOptions, Error, ErrorKind, Position, Schema, WarningKind};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -520,6 +521,27 @@ fn check_cbf(
         progress(c.offset);
     }
     Ok(())
+}
+
+/// Validates one input, whatever its format: a CTF file against its schema and options ([`validate_ctf`],
+/// read with `access`; `each` sees its errors and warnings as they are found), a CBF file's structure and
+/// every record ([`validate_cbf`], mapped when `access` is [`Access::Mmap`]), a Parquet or Arrow IPC file
+/// ([`validate_arrow`]). `progress` gets what each of them reports.
+pub fn validate_input(
+    input: &InputSpec,
+    access: Access,
+    vo: &ValidateOptions,
+    progress: &mut dyn FnMut(u64),
+    each: &mut dyn FnMut(Finding<'_>),
+) -> Result<Report, Error> {
+    match input {
+        InputSpec::Ctf(i) => {
+            let file = InputFile::open(&i.path, access)?;
+            validate_ctf(&file, &i.schema, &i.options, vo, progress, each)
+        }
+        InputSpec::Cbf(i) => validate_cbf(&i.path, &i.options.clone().mmap(access == Access::Mmap), vo, progress),
+        InputSpec::Arrow(i) => validate_arrow(&i.path, vo, progress),
+    }
 }
 
 /// Validates a Parquet or Arrow IPC file in cntkio's [Arrow mapping](crate::arrow): opens it (its mapping
