@@ -8,8 +8,13 @@ use std::path::Path;
 use std::time::Instant;
 
 /// `dump` of a CBF file.
-pub fn dump(path: &Path, mmap: bool, w: &mut impl Write, progress: &Progress) -> Result<(), Error> {
-    let f = CbfFile::open_with(path, &cntkio::cbf::CbfOptions::default().mmap(mmap))?;
+pub fn dump(
+    path: &Path,
+    options: &cntkio::cbf::CbfOptions,
+    w: &mut impl Write,
+    progress: &Progress,
+) -> Result<(), Error> {
+    let f = CbfFile::open_with(path, options)?;
     let schema = f.schema()?;
     let mut rbuf = ryu::Buffer::new();
     let mut out = Vec::with_capacity(1 << 20);

@@ -17,9 +17,9 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
     let mut out = Vec::with_capacity(1 << 20);
     for job in &jobs {
         let input = match job {
-            InputSpec::Cbf(StoredInput { path, .. }) => {
+            InputSpec::Cbf(StoredInput { path, options, .. }) => {
                 let progress = Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "dumping", quiet);
-                let r = crate::cbf_cmds::dump(path, a.read.mmap, &mut w, &progress);
+                let r = crate::cbf_cmds::dump(path, &options.clone().mmap(a.read.mmap), &mut w, &progress);
                 progress.finish();
                 w.flush().map_err(crate::output::stdout_error)?;
                 r?;

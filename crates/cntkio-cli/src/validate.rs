@@ -5,7 +5,6 @@ use crate::output::Progress;
 use crate::render::render;
 use crate::signals::{self, Task};
 use crate::{EXIT_INVALID, EXIT_OK};
-use cntkio::cbf::CbfOptions;
 use cntkio::validate::{
     stream_flag, validate_arrow, validate_cbf, validate_ctf, Finding, Summary, SummaryOptions, ValidateOptions,
     SHAPE_VERSION,
@@ -37,11 +36,11 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
     signals::prepare_for_maps(Task::Validation, &inputs);
     for (i, job) in jobs.iter().enumerate() {
         let input = match job {
-            InputSpec::Cbf(StoredInput { path, .. }) => {
+            InputSpec::Cbf(StoredInput { path, options, .. }) => {
                 let progress =
                     Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "validating", quiet);
                 signals::reading_mapped(a.read.mmap.then_some(i));
-                let r = validate_cbf(path, &CbfOptions::default().mmap(a.read.mmap), &vo, &mut |b| progress.set(b));
+                let r = validate_cbf(path, &options.clone().mmap(a.read.mmap), &vo, &mut |b| progress.set(b));
                 signals::reading_mapped(None);
                 progress.finish();
                 let r = r?;

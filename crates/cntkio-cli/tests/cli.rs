@@ -2608,3 +2608,44 @@ fn a_dense_dim_far_larger_than_the_data_is_refused_not_allocated() {
     }
     assert!(!d.path().join("out.cbf").exists());
 }
+
+#[test]
+fn a_config_reads_its_cbf_deserializers_with_their_renames_in_its_order() {
+    let d = tmp();
+    let cbf = d.path().join("slots.cbf");
+    run(args!["-q", "convert", example("slots.ctf").as_path(), &cbf, "--config", example("slots.cntk").as_path()])
+        .code(0);
+    std::fs::copy(example("slots.ctf"), d.path().join("slots.ctf")).unwrap();
+    let config = write(
+        d.path(),
+        "both.cntk",
+        r#"r = [ reader = [
+    randomize = false
+    deserializers = (
+        [ type = "CNTKBinaryFormatDeserializer" ; module = "CNTKBinaryReader" ; file = "slots.cbf"
+          input = [ words = [ alias = "query" ] ] ]
+      : [ type = "CNTKTextFormatDeserializer" ; module = "CNTKTextFormatReader" ; file = "slots.ctf"
+          input = [ query = [ alias = "word" ; dim = 13 ; format = "sparse" ; definesMBSize = true ]
+                    intent = [ alias = "intent" ; dim = 5 ; format = "sparse" ]
+                    slots = [ alias = "slot" ; dim = 12 ; format = "sparse" ] ] ]
+    )
+] ]
+"#,
+    );
+    let both = run(args!["dump", "--config", &config, "--data-dir", d.path()]);
+    let text = both.code(0).stdout();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 120, "the CBF file's 60 sequences, then the CTF file's");
+    assert!(lines[0].starts_with("{\"key\":0,\"streams\":{\"words\":[[[6,1]],"), "{}", lines[0]);
+    assert!(lines[60].starts_with("{\"key\":0,\"streams\":{\"query\":[[[6,1]],"), "{}", lines[60]);
+    let plain = run(args!["dump", &cbf]);
+    assert_eq!(lines[..60].join("\n").replace("\"words\"", "\"query\""), plain.code(0).stdout().trim_end());
+
+    // Files given beside the config take its CTF deserializer's streams; a CBF file among them carries its own.
+    let mixed = run(args!["dump", "--config", &config, example("slots.ctf").as_path(), &cbf]);
+    assert_eq!(mixed.code(0).stdout().lines().count(), 120);
+    // A broken config is an error even when it also has CBF deserializers.
+    let broken =
+        write(d.path(), "broken.cntk", std::fs::read_to_string(&config).unwrap().replace("dim = 5", "dim = x"));
+    run(args!["dump", "--config", &broken, "--data-dir", d.path()]).code(2);
+}
