@@ -199,3 +199,44 @@ def test_refused_credentials_are_a_clear_error(tmp_path: Path) -> None:
         assert "permission denied" in r.stderr or "credentials were refused" in r.stderr, r.stderr
     finally:
         stop(proc)
+
+
+def test_compressed_objects_read_as_the_plain_files(s3: Server, tmp_path: Path) -> None:
+    """gzip, zstd (one frame), BGZF and seekable zstd objects: dump equals the plain file's, and randomized
+    batches from the seekable ones (read by ranges of their blocks) equal the plain file's."""
+    zstandard = pytest.importorskip("zstandard", reason="zstandard (the `test` extra) is not installed")
+    import gzip
+
+    client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
+    cbf = s3.local["dir/slots.cbf"]
+    plain = {"ctf": s3.local["slots.ctf"].read_bytes(), "cbf": cbf.read_bytes()}
+    for kind, data in plain.items():
+        client.put_object(Bucket=BUCKET, Key=f"z/slots.{kind}.gz", Body=gzip.compress(data))
+        client.put_object(Bucket=BUCKET, Key=f"z/slots.{kind}.zst", Body=zstandard.ZstdCompressor().compress(data))
+    for ext in ["bgz", "zst"]:
+        out = tmp_path / f"slots.cbf.seekable.{ext}"
+        cntkio.recompress(cbf, out)
+        client.put_object(Bucket=BUCKET, Key=f"z/slots.cbf.seekable.{ext}", Body=out.read_bytes())
+
+    want = {"ctf": cli("dump", str(s3.local["slots.ctf"]), *SLOTS_CLI).stdout, "cbf": cli("dump", str(cbf)).stdout}
+    assert want["ctf"] and want["cbf"]
+    for name, kind in [
+        ("slots.ctf.gz", "ctf"),
+        ("slots.ctf.zst", "ctf"),
+        ("slots.cbf.gz", "cbf"),
+        ("slots.cbf.zst", "cbf"),
+        ("slots.cbf.seekable.bgz", "cbf"),
+        ("slots.cbf.seekable.zst", "cbf"),
+    ]:
+        r = cli("dump", s3.url(f"z/{name}"), *(SLOTS_CLI if kind == "ctf" else []))
+        assert r.returncode == 0, (name, r.stderr)
+        assert r.stdout == want[kind], name
+
+    args = ["--mb-size", "7", "--randomize", "--seed", "3", "--window-chunks", "2", "--max-sweeps", "2"]
+    local = cli("batches", str(cbf), *args)
+    assert local.returncode == 0 and local.stdout.count('{"mb"') > 10
+    for ext in ["bgz", "zst"]:
+        remote = cli("batches", s3.url(f"z/slots.cbf.seekable.{ext}"), *args)
+        assert remote.returncode == 0, remote.stderr
+        assert remote.stdout == local.stdout, ext
+    same(CBFDeserializer(s3.url("z/slots.cbf.seekable.zst")).read(), CBFDeserializer(cbf).read())

@@ -2,11 +2,12 @@
 //! decompressed view (see [`crate::compress`]); objects in an object store (`s3://…`, `http(s)://…`) through
 //! ranged GETs (see [`crate::remote`]).
 
-use crate::compress::{Compression, Decompressed};
+use crate::compress::{Compression, Decompressed, Source};
 use crate::remote::Remote;
 use crate::Error;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// How to access an input file's bytes.
@@ -59,7 +60,7 @@ pub struct InputFile {
     path: PathBuf,
     /// The local file; `None` for an object in an object store.
     file: Option<File>,
-    remote: Option<Remote>,
+    remote: Option<Arc<Remote>>,
     len: u64,
     modified: Option<SystemTime>,
     identity: FileIdentity,
@@ -90,7 +91,10 @@ impl InputFile {
             let n = if len >= 5 { 5 } else { 4 };
             read_exact_at(&file, &mut head[..n], 0).map_err(|e| Error::io(format!("cannot read {shown}"), e))?;
             match crate::compress::detect(&head[..n]) {
-                Some(codec) => Some(Decompressed::open(&file, len, codec, path)?),
+                Some(codec) => {
+                    let own = file.try_clone().map_err(|e| Error::io(format!("cannot open {shown}"), e))?;
+                    Some(Decompressed::open(Source::File(Arc::new(own)), len, codec, path)?)
+                }
                 None => None,
             }
         } else {
@@ -127,23 +131,26 @@ impl InputFile {
     }
 
     fn open_remote(path: &Path, url: &str, access: Access) -> Result<InputFile, Error> {
-        let remote = Remote::open(url)?;
+        InputFile::of_remote(path, Remote::open(url)?, access)
+    }
+
+    /// An object opened as `remote`, shown as `path`: read through its decompressed view when its first
+    /// bytes say it is compressed.
+    fn of_remote(path: &Path, remote: Remote, access: Access) -> Result<InputFile, Error> {
+        let remote = Arc::new(remote);
         let len = remote.len();
-        if len >= 4 {
+        let compressed = if len >= 4 {
             let mut head = [0u8; 5];
             let n = remote.read_some(0, &mut head)?;
-            if crate::compress::detect(&head[..n]).is_some() {
-                return Err(Error::io(
-                    format!("cannot read {url}"),
-                    std::io::Error::new(
-                        std::io::ErrorKind::Unsupported,
-                        "compressed objects cannot be read from an object store yet (download it first)",
-                    ),
-                ));
+            match crate::compress::detect(&head[..n]) {
+                Some(codec) => Some(Decompressed::open(Source::Object(remote.clone()), len, codec, path)?),
+                None => None,
             }
-        }
+        } else {
+            None
+        };
         if access == Access::Mmap {
-            log::debug!("{url} is an object in an object store: reading it instead of mapping it");
+            log::debug!("{} is an object in an object store: reading it instead of mapping it", path.display());
         }
         Ok(InputFile {
             path: path.to_path_buf(),
@@ -153,7 +160,7 @@ impl InputFile {
             len,
             identity: FileIdentity::default(),
             map: None,
-            compressed: None,
+            compressed,
         })
     }
 
@@ -164,7 +171,7 @@ impl InputFile {
 
     /// The ETag of an object in an object store as it was at open, if the store gives one.
     pub fn etag(&self) -> Option<&str> {
-        self.remote.as_ref().and_then(Remote::etag)
+        self.remote.as_deref().and_then(Remote::etag)
     }
 
     /// The local file, when it is read as it is (not compressed, not an object).
@@ -430,6 +437,57 @@ mod tests {
             // Not a regular file: read, never mapped.
             let f = InputFile::open(Path::new("/dev/null"), Access::Auto).unwrap();
             assert!(!f.is_mapped());
+        }
+    }
+
+    /// Objects compressed every way cntkio reads are read through their decompressed view, as local files
+    /// are: gzip (plain, several members, BGZF) and zstd (one frame, the seekable format).
+    #[test]
+    fn compressed_objects_read_as_their_decompressed_bytes() {
+        use crate::compress::OutputCompression;
+        use object_store::{memory::InMemory, path::Path as ObjectPath, ObjectStore, ObjectStoreExt, PutPayload};
+        use std::io::Write;
+        let data: Vec<u8> = (0..300_000u32).flat_map(|i| format!("{i} |a {}\n", i % 97).into_bytes()).collect();
+        let gzip = |parts: &[&[u8]]| {
+            let mut out = Vec::new();
+            for p in parts {
+                let mut e = flate2::write::GzEncoder::new(&mut out, flate2::Compression::fast());
+                e.write_all(p).unwrap();
+                e.finish().unwrap();
+            }
+            out
+        };
+        let framed = |c: OutputCompression| {
+            let (mut out, mut sizes) = (Vec::new(), Vec::new());
+            c.compress(&data, &mut out, &mut sizes).unwrap();
+            out.extend(c.trailer(&sizes).unwrap());
+            out
+        };
+        let (a, b) = data.split_at(1_234_567);
+        let cases = [
+            (gzip(&[&data]), Compression::Gzip),
+            (gzip(&[a, b]), Compression::Gzip),
+            (framed(OutputCompression::Bgzf), Compression::Bgzf),
+            (zstd::encode_all(&data[..], 3).unwrap(), Compression::Zstd),
+            (framed(OutputCompression::SeekableZstd), Compression::SeekableZstd),
+        ];
+        let rt = crate::remote::runtime().unwrap();
+        for (i, (bytes, compression)) in cases.into_iter().enumerate() {
+            let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+            let location = ObjectPath::from(format!("data/{i}"));
+            rt.block_on(store.put(&location, PutPayload::from(bytes))).unwrap();
+            let url = format!("memory:///data/{i}");
+            let remote = Remote::with_store(&url, store, location).unwrap();
+            let f = InputFile::of_remote(Path::new(&url), remote, Access::Mmap).unwrap();
+            assert!(f.is_remote() && !f.is_mapped());
+            assert_eq!(f.compression(), Some(compression), "case {i}");
+            assert_eq!(f.len(), data.len() as u64, "case {i}");
+            let mut all = Vec::new();
+            f.read_into(0, data.len(), &mut all).unwrap();
+            assert!(all == data, "case {i}: the decompressed bytes");
+            let mut piece = vec![0u8; 1000];
+            f.read_exact(2_000_000, &mut piece).unwrap();
+            assert!(piece[..] == data[2_000_000..2_001_000], "case {i}: a read at an offset");
         }
     }
 }

@@ -50,7 +50,7 @@ fn scheme_of<'a>(s: &str, list: &[&'a str]) -> Option<&'a str> {
 /// The process's runtime, with the id of the process that started it.
 static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
 
-fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
+pub(crate) fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
     let mut slot = RUNTIME.lock().unwrap_or_else(PoisonError::into_inner);
     let pid = std::process::id();
     if let Some((owner, rt)) = &*slot {

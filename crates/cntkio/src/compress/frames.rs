@@ -1,12 +1,11 @@
 //! The frames view: BGZF blocks and zstd frames of known sizes, decompressed on demand.
 
 use super::walk::Frame;
-use super::{read_exact_at, Compression};
+use super::{Compression, Source};
 use crate::Error;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fs::File;
 use std::sync::{Arc, Mutex};
 
 /// How many decompressed bytes of recently read frames are kept: a read that ends inside a frame leaves
@@ -16,7 +15,7 @@ const CACHE_BYTES: u64 = 128 << 20;
 /// A compressed file read by its frames.
 #[derive(Debug)]
 pub(crate) struct Frames {
-    file: File,
+    file: Source,
     compression: Compression,
     frames: Vec<Frame>,
     len: u64,
@@ -63,7 +62,7 @@ struct Piece<'a> {
 }
 
 impl Frames {
-    pub(crate) fn new(file: File, compression: Compression, frames: Vec<Frame>, path: String) -> Frames {
+    pub(crate) fn new(file: Source, compression: Compression, frames: Vec<Frame>, path: String) -> Frames {
         let len = frames.last().map_or(0, |f| f.out_off + f.out_len);
         Frames { file, compression, frames, len, path, cache: Mutex::new(Cache::default()) }
     }
@@ -136,7 +135,7 @@ impl Frames {
             Error::compressed(self.compression.name(), Some(f.comp_off), problem).with_path(self.path.clone())
         };
         let mut src = vec![0u8; f.comp_len as usize];
-        read_exact_at(&self.file, &mut src, f.comp_off).map_err(|e| {
+        self.file.read_exact_at(&mut src, f.comp_off).map_err(|e| {
             Error::io(format!("cannot read {} bytes at byte {} of {}", f.comp_len, f.comp_off, self.path), e)
         })?;
         match self.compression {

@@ -30,6 +30,7 @@ mod walk;
 mod window;
 mod write;
 
+use crate::remote::Remote;
 use crate::Error;
 use std::fs::File;
 use std::path::Path;
@@ -109,14 +110,69 @@ pub(crate) fn detect(head: &[u8]) -> Option<Codec> {
     (frame || is_skippable(magic)).then_some(Codec::Zstd)
 }
 
+/// The compressed bytes: a local file or an object in an object store, read at any offset by any thread.
+#[derive(Debug, Clone)]
+pub(crate) enum Source {
+    /// A local file.
+    File(Arc<File>),
+    /// An object, read by ranged GETs through its block cache.
+    Object(Arc<Remote>),
+}
+
+impl Source {
+    /// Reads exactly `buf.len()` bytes at `offset` (an object's errors come back as I/O errors that carry
+    /// them).
+    pub(crate) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        match self {
+            Source::File(f) => read_exact_at(f, buf, offset),
+            Source::Object(o) => {
+                let mut done = 0;
+                while done < buf.len() {
+                    let n = o.read_some(offset + done as u64, &mut buf[done..]).map_err(std::io::Error::other)?;
+                    if n == 0 {
+                        return Err(std::io::ErrorKind::UnexpectedEof.into());
+                    }
+                    done += n;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A reader of the bytes from the first, with a position of its own.
+    fn reader(&self) -> SourceReader {
+        SourceReader { source: self.clone(), pos: 0 }
+    }
+}
+
+/// Sequential reads of a [`Source`] by positional reads.
+struct SourceReader {
+    source: Source,
+    pos: u64,
+}
+
+impl std::io::Read for SourceReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = match &self.source {
+            #[cfg(unix)]
+            Source::File(f) => std::os::unix::fs::FileExt::read_at(&**f, buf, self.pos)?,
+            #[cfg(windows)]
+            Source::File(f) => std::os::windows::fs::FileExt::seek_read(&**f, buf, self.pos)?,
+            Source::Object(o) => o.read_some(self.pos, buf).map_err(std::io::Error::other)?,
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
 /// The decompressed view of a compressed file.
 #[derive(Debug)]
 pub(crate) struct Decompressed {
     compression: Compression,
     view: View,
-    /// A spooled stream of known length: what a [window](Window) needs (a handle of its own, the codec, the
-    /// path shown).
-    stream: Option<(File, Codec, String)>,
+    /// A spooled stream of known length: what a [window](Window) needs (the source, the codec, the path
+    /// shown).
+    stream: Option<(Source, Codec, String)>,
     /// The window, for a caller that reads once in order ([`Decompressed::read_in_order`]).
     window: std::sync::OnceLock<Window>,
     /// Set when a read missed the window: the spool serves every read from then on.
@@ -132,25 +188,23 @@ enum View {
 impl Decompressed {
     /// Opens the view of `file` (`len` bytes, compressed with `codec`): walks its block or frame headers
     /// (reads of a few bytes each) or prepares a spool; decompresses nothing yet.
-    pub(crate) fn open(file: &File, len: u64, codec: Codec, path: &Path) -> Result<Decompressed, Error> {
+    pub(crate) fn open(file: Source, len: u64, codec: Codec, path: &Path) -> Result<Decompressed, Error> {
         let shown = path.display().to_string();
         let at = |e: Error| if e.position().path.is_none() { e.with_path(shown.clone()) } else { e };
         let (compression, layout) = match codec {
-            Codec::Gzip => match walk::bgzf_blocks(file, len).map_err(at)? {
+            Codec::Gzip => match walk::bgzf_blocks(&file, len).map_err(at)? {
                 Some(blocks) => (Compression::Bgzf, walk::Layout::Frames(blocks)),
                 None => (Compression::Gzip, walk::Layout::Stream { len: None }),
             },
-            Codec::Zstd => match walk::seek_table(file, len).map_err(at)? {
+            Codec::Zstd => match walk::seek_table(&file, len).map_err(at)? {
                 Some(frames) => (Compression::SeekableZstd, walk::Layout::Frames(frames)),
-                None => (Compression::Zstd, walk::zstd_frames(file, len).map_err(at)?),
+                None => (Compression::Zstd, walk::zstd_frames(&file, len).map_err(at)?),
             },
         };
-        let clone = || file.try_clone().map_err(|e| Error::io(format!("cannot open {shown}"), e));
         let stream = match layout {
-            walk::Layout::Stream { len: Some(_) } => Some((clone()?, codec, shown.clone())),
+            walk::Layout::Stream { len: Some(_) } => Some((file.clone(), codec, shown.clone())),
             _ => None,
         };
-        let file = clone()?;
         let view = match layout {
             walk::Layout::Frames(list) => View::Frames(Frames::new(file, compression, list, shown)),
             walk::Layout::Stream { len } => View::Spool(Spool::new(file, codec, compression, len, shown)?),
@@ -176,12 +230,7 @@ impl Decompressed {
         if spool.started() || self.window.get().is_some() {
             return;
         }
-        match file.try_clone() {
-            Ok(f) => {
-                let _ = self.window.set(Window::new(f, *codec, self.compression, path.clone()));
-            }
-            Err(e) => log::debug!("{path}: cannot open it again ({e}): reading it through the spool"),
-        }
+        let _ = self.window.set(Window::new(file.clone(), *codec, self.compression, path.clone()));
     }
 
     /// The compression.
@@ -249,12 +298,9 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub(crate) fn new(mut file: File, codec: Codec, compression: Compression, path: &str) -> Result<Stream, Error> {
-        use std::io::Seek;
-        // The handle may share its cursor with another (a clone): start from the beginning.
-        file.rewind().map_err(|e| Error::io(format!("cannot read {path}"), e))?;
+    pub(crate) fn new(file: Source, codec: Codec, compression: Compression, path: &str) -> Result<Stream, Error> {
         let watch = IoWatch::default();
-        let src = std::io::BufReader::with_capacity(1 << 20, Watched { inner: file, watch: watch.clone() });
+        let src = std::io::BufReader::with_capacity(1 << 20, Watched { inner: file.reader(), watch: watch.clone() });
         let decoder: Box<dyn std::io::Read> = match codec {
             Codec::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(src)),
             Codec::Zstd => Box::new(
@@ -349,7 +395,13 @@ mod tests {
     #[test]
     fn a_stream_read_in_order_comes_through_the_window_and_a_read_behind_it_through_the_spool() {
         let (data, f) = big_frame();
-        let d = Decompressed::open(&f, f.metadata().unwrap().len(), Codec::Zstd, Path::new("big.zst")).unwrap();
+        let d = Decompressed::open(
+            Source::File(Arc::new(f.try_clone().unwrap())),
+            f.metadata().unwrap().len(),
+            Codec::Zstd,
+            Path::new("big.zst"),
+        )
+        .unwrap();
         assert!(!d.is_direct());
         d.read_in_order();
         assert!(d.window.get().is_some());
@@ -377,7 +429,13 @@ mod tests {
     #[test]
     fn threads_reading_in_turn_through_the_window_read_the_stream() {
         let (data, f) = big_frame();
-        let d = Decompressed::open(&f, f.metadata().unwrap().len(), Codec::Zstd, Path::new("big.zst")).unwrap();
+        let d = Decompressed::open(
+            Source::File(Arc::new(f.try_clone().unwrap())),
+            f.metadata().unwrap().len(),
+            Codec::Zstd,
+            Path::new("big.zst"),
+        )
+        .unwrap();
         d.read_in_order();
         let piece = window::BLOCK / 2 + 123;
         let pieces = data.len() / piece;
@@ -409,7 +467,9 @@ mod tests {
     fn the_window_reads_to_the_end_and_reports_damage() {
         let (data, f) = big_frame();
         let len = f.metadata().unwrap().len();
-        let d = Decompressed::open(&f, len, Codec::Zstd, Path::new("big.zst")).unwrap();
+        let d =
+            Decompressed::open(Source::File(Arc::new(f.try_clone().unwrap())), len, Codec::Zstd, Path::new("big.zst"))
+                .unwrap();
         d.read_in_order();
         let mut buf = vec![0u8; 3 << 20];
         let mut at = 0usize;
@@ -424,7 +484,13 @@ mod tests {
         assert_eq!(at, data.len());
         // Truncated: the window's reads meet the decompressor's error.
         f.set_len(len / 2).unwrap();
-        let d = Decompressed::open(&f, len / 2, Codec::Zstd, Path::new("cut.zst")).unwrap();
+        let d = Decompressed::open(
+            Source::File(Arc::new(f.try_clone().unwrap())),
+            len / 2,
+            Codec::Zstd,
+            Path::new("cut.zst"),
+        )
+        .unwrap();
         d.read_in_order();
         let e = (0..).find_map(|k: u64| d.read_some(k * buf.len() as u64, &mut buf).err()).unwrap();
         assert_eq!(e.code(), "E0101", "{e}");

@@ -1,7 +1,7 @@
 //! The spool: a stream decompressed once, in order, by a thread of its own into an unlinked temporary
 //! file, which reads wait on and then read.
 
-use super::{read_exact_at, Codec, Compression, Stream};
+use super::{read_exact_at, Codec, Compression, Source, Stream};
 use crate::Error;
 use std::fs::File;
 use std::io::Write;
@@ -18,7 +18,7 @@ const RESERVE: u64 = 256 << 20;
 pub(crate) struct Spool {
     shared: Arc<Shared>,
     /// The compressed file and codec, until the thread takes them (at the first read).
-    start: Mutex<Option<(File, Codec)>>,
+    start: Mutex<Option<(Source, Codec)>>,
     /// The decompressed length, when the frames declare it.
     known_len: Option<u64>,
 }
@@ -48,7 +48,7 @@ impl Spool {
     /// A spool for `file`; `len` is the decompressed length if known. Creates the temporary file, and
     /// fails when the temporary directory lacks room for `len` bytes; starts no thread.
     pub(crate) fn new(
-        file: File,
+        file: Source,
         codec: Codec,
         compression: Compression,
         len: Option<u64>,
@@ -66,7 +66,7 @@ impl Spool {
     }
 
     fn with_limit(
-        file: File,
+        file: Source,
         codec: Codec,
         compression: Compression,
         known_len: Option<u64>,
@@ -149,7 +149,7 @@ impl Drop for Spool {
 }
 
 /// The thread's work: decompresses the stream into `shared.out` step by step, telling readers after each.
-fn decompress(shared: &Shared, file: File, codec: Codec) -> Result<(), Error> {
+fn decompress(shared: &Shared, file: Source, codec: Codec) -> Result<(), Error> {
     let mut stream = Stream::new(file, codec, shared.compression, &shared.path)?;
     let mut buf = vec![0u8; STEP];
     let mut out = &shared.out;
@@ -219,7 +219,15 @@ mod tests {
         let zeros = vec![0u8; 3 * STEP + 5];
         let spool = |limit| {
             let out = tempfile::tempfile().unwrap();
-            Spool::with_limit(gzip(&zeros), Codec::Gzip, Compression::Gzip, None, "bomb.gz".into(), out, limit)
+            Spool::with_limit(
+                Source::File(Arc::new(gzip(&zeros))),
+                Codec::Gzip,
+                Compression::Gzip,
+                None,
+                "bomb.gz".into(),
+                out,
+                limit,
+            )
         };
         let s = spool(2 * STEP as u64);
         let mut buf = vec![0u8; 16];

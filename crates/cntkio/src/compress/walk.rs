@@ -4,9 +4,8 @@
 //! A walk that meets anything unexpected gives up (`None`, or a stream layout) rather than failing: the
 //! file is then decompressed as a stream, whose decoder checks everything and reports the damage.
 
-use super::{is_skippable, read_exact_at, FRAME_CAP, ZSTD_MAGIC};
+use super::{is_skippable, Source, FRAME_CAP, ZSTD_MAGIC};
 use crate::Error;
-use std::fs::File;
 
 /// One independently decompressible piece: a BGZF block or a zstd frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +32,7 @@ pub(crate) enum Layout {
 /// Positional reads of small pieces of the compressed file through a small window (a walk reads a few
 /// bytes per block, blocks being tens of KiB apart).
 struct Peek<'a> {
-    file: &'a File,
+    file: &'a Source,
     len: u64,
     buf: Vec<u8>,
     buf_off: u64,
@@ -42,7 +41,7 @@ struct Peek<'a> {
 const PEEK_WINDOW: usize = 4096;
 
 impl<'a> Peek<'a> {
-    fn new(file: &'a File, len: u64) -> Self {
+    fn new(file: &'a Source, len: u64) -> Self {
         Peek { file, len, buf: Vec::new(), buf_off: 0 }
     }
     /// The `n` bytes at `off`, or `None` past the end of the file.
@@ -54,7 +53,8 @@ impl<'a> Peek<'a> {
         if off < self.buf_off || end > self.buf_off + self.buf.len() as u64 {
             let want = (n.max(PEEK_WINDOW) as u64).min(self.len - off) as usize;
             self.buf.resize(want, 0);
-            read_exact_at(self.file, &mut self.buf, off)
+            self.file
+                .read_exact_at(&mut self.buf, off)
                 .map_err(|e| Error::io(format!("cannot read {want} bytes at byte {off}"), e))?;
             self.buf_off = off;
         }
@@ -68,7 +68,7 @@ impl<'a> Peek<'a> {
 
 /// The blocks of a BGZF file, or `None` if some member is not a BGZF block (plain or multi-member gzip,
 /// or damage that the stream decoder will report).
-pub(crate) fn bgzf_blocks(file: &File, len: u64) -> Result<Option<Vec<Frame>>, Error> {
+pub(crate) fn bgzf_blocks(file: &Source, len: u64) -> Result<Option<Vec<Frame>>, Error> {
     const FEXTRA: u8 = 4;
     let mut peek = Peek::new(file, len);
     let mut blocks = Vec::new();
@@ -123,7 +123,7 @@ pub(super) const SEEK_TABLE_FRAME: u32 = 0x184D_2A5E;
 /// table or a frame is larger than [`FRAME_CAP`]. The table is checked against the file before anything
 /// is allocated for it: its entries must fit in the file and their compressed sizes must add up to the
 /// offset of the table's frame.
-pub(crate) fn seek_table(file: &File, len: u64) -> Result<Option<Vec<Frame>>, Error> {
+pub(crate) fn seek_table(file: &Source, len: u64) -> Result<Option<Vec<Frame>>, Error> {
     const FOOTER: u64 = 9;
     let mut peek = Peek::new(file, len);
     if len < 8 + FOOTER {
@@ -145,7 +145,7 @@ pub(crate) fn seek_table(file: &File, len: u64) -> Result<Option<Vec<Frame>>, Er
         return Ok(None);
     }
     let mut table = vec![0u8; table_len as usize];
-    read_exact_at(file, &mut table, table_off).map_err(|e| Error::io("cannot read the seek table", e))?;
+    file.read_exact_at(&mut table, table_off).map_err(|e| Error::io("cannot read the seek table", e))?;
     let mut frames = Vec::with_capacity(count as usize);
     let (mut off, mut out) = (0u64, 0u64);
     for e in table.chunks_exact(entry as usize) {
@@ -166,7 +166,7 @@ pub(crate) fn seek_table(file: &File, len: u64) -> Result<Option<Vec<Frame>>, Er
 /// The frames of a zstd file found by walking frame and block headers: frames, when every frame declares
 /// its content size and none is larger than [`FRAME_CAP`]; else a stream (with its length when every
 /// frame declares its size). Skippable frames are stepped over.
-pub(crate) fn zstd_frames(file: &File, len: u64) -> Result<Layout, Error> {
+pub(crate) fn zstd_frames(file: &Source, len: u64) -> Result<Layout, Error> {
     let mut peek = Peek::new(file, len);
     let mut frames = Vec::new();
     let (mut off, mut out) = (0u64, 0u64);

@@ -5,10 +5,9 @@
 //! it by [`HISTORY`] bytes; a read that starts before the oldest block kept is a miss, which the caller
 //! serves otherwise (see [`super::Decompressed`]).
 
-use super::{Codec, Compression, Stream};
+use super::{Codec, Compression, Source, Stream};
 use crate::Error;
 use std::collections::VecDeque;
-use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -24,7 +23,7 @@ const HISTORY: u64 = 4 * BLOCK as u64;
 pub(crate) struct Window {
     shared: Arc<Shared>,
     /// The compressed file and codec, until the thread takes them (at the first read).
-    start: Mutex<Option<(File, Codec)>>,
+    start: Mutex<Option<(Source, Codec)>>,
 }
 
 #[derive(Debug)]
@@ -57,7 +56,7 @@ struct State {
 
 impl Window {
     /// A window on `file`'s stream; starts no thread.
-    pub(crate) fn new(file: File, codec: Codec, compression: Compression, path: String) -> Window {
+    pub(crate) fn new(file: Source, codec: Codec, compression: Compression, path: String) -> Window {
         let shared = Shared {
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
@@ -142,7 +141,7 @@ impl Drop for Window {
 }
 
 /// The thread's work: decompresses the stream block by block, each once there is room for it.
-fn decompress(shared: &Shared, file: File, codec: Codec) -> Result<(), Error> {
+fn decompress(shared: &Shared, file: Source, codec: Codec) -> Result<(), Error> {
     let mut stream = Stream::new(file, codec, shared.compression, &shared.path)?;
     loop {
         let mut block = {
