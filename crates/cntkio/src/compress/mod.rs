@@ -392,16 +392,16 @@ mod tests {
         (data, f)
     }
 
+    /// The view of a whole zstd file.
+    fn open_zstd(f: File, name: &str) -> Decompressed {
+        let len = f.metadata().unwrap().len();
+        Decompressed::open(Source::File(Arc::new(f)), len, Codec::Zstd, Path::new(name)).unwrap()
+    }
+
     #[test]
     fn a_stream_read_in_order_comes_through_the_window_and_a_read_behind_it_through_the_spool() {
         let (data, f) = big_frame();
-        let d = Decompressed::open(
-            Source::File(Arc::new(f.try_clone().unwrap())),
-            f.metadata().unwrap().len(),
-            Codec::Zstd,
-            Path::new("big.zst"),
-        )
-        .unwrap();
+        let d = open_zstd(f, "big.zst");
         assert!(!d.is_direct());
         d.read_in_order();
         assert!(d.window.get().is_some());
@@ -429,13 +429,7 @@ mod tests {
     #[test]
     fn threads_reading_in_turn_through_the_window_read_the_stream() {
         let (data, f) = big_frame();
-        let d = Decompressed::open(
-            Source::File(Arc::new(f.try_clone().unwrap())),
-            f.metadata().unwrap().len(),
-            Codec::Zstd,
-            Path::new("big.zst"),
-        )
-        .unwrap();
+        let d = open_zstd(f, "big.zst");
         d.read_in_order();
         let piece = window::BLOCK / 2 + 123;
         let pieces = data.len() / piece;
