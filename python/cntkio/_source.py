@@ -318,15 +318,11 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
         return _arrow.record_batch(self, _bool("flatten", flatten))
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        """The Arrow C stream interface: one record batch, :meth:`to_arrow` (``pyarrow.table(mb)``,
-        ``polars.from_arrow(mb)``, DuckDB's ``FROM mb``)."""
+        """The Arrow C stream interface: one record batch, :meth:`to_arrow` (``pyarrow.table(mb)``, DuckDB's
+        ``FROM mb``; ``polars.from_arrow(mb)`` makes a Series of structs, ``.struct.unnest()`` its columns)."""
         from cntkio import _arrow
 
         return _arrow.c_stream(self, requested_schema)
-
-    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
-        """The Arrow C data interface: :meth:`to_arrow` as one record batch (``pyarrow.record_batch(mb)``)."""
-        return self.to_arrow().__arrow_c_array__(requested_schema)
 
     def __arrow_c_schema__(self) -> Any:
         """The Arrow schema of :meth:`to_arrow`, as a PyCapsule."""
