@@ -297,7 +297,8 @@ def test_in_order_minibatches_as_arrow_equal_read_arrow(mixed, tmp_path, precisi
     d = CTFDeserializer(mixed, MIXED, chunk_size=1500, precision=precision)
     assert d.num_chunks > 3
     whole = cntkio.read_arrow(d)
-    assert whole.schema.field("x").type.value_type.value_type == (pa.float32() if precision == "float" else pa.float64())
+    value_type = pa.float32() if precision == "float" else pa.float64()
+    assert whole.schema.field("x").type.value_type.value_type == value_type
     mbs = all_minibatches(d, randomize=False)
     assert len(mbs) > 3
     tables = [pa.table(mb) for mb in mbs]
@@ -335,6 +336,15 @@ def test_randomized_minibatches_as_arrow_hold_their_arrays(mixed):
         keys.extend(mb.sequence_keys.tolist())
     ordered = cntkio.read_arrow(d).column("key").to_pylist()
     assert sorted(keys) == ordered and keys != ordered
+
+
+def test_a_sample_shape_is_flattened_as_read_arrow_does(mixed):
+    d = CTFDeserializer(mixed, StreamDefs(x=StreamDef(field="x", shape=(3, 1))), chunk_size=1500)
+    mbs = all_minibatches(d, randomize=False)
+    assert mbs[0]["x"].values.shape[1:] == (3, 1)
+    t = pa.Table.from_batches([mb.to_arrow() for mb in mbs])
+    assert t.schema.field("x").type.value_type.list_size == 3
+    assert t.equals(cntkio.read_arrow(d), check_metadata=True)
 
 
 def test_minibatch_arrow_shares_the_values(mixed):
