@@ -774,14 +774,11 @@ def _chunk_range(chunks: Any) -> Tuple[Optional[int], Optional[int]]:
     return chunks.start, chunks.stop
 
 
-def _pyarrow() -> Any:
+def _pyarrow(user: str = "cntkio.read_arrow returns a pyarrow.Table") -> Any:
     try:
         import pyarrow
     except ImportError:
-        raise UsageError(
-            "cntkio.read_arrow returns a pyarrow.Table and needs pyarrow: pip install pyarrow "
-            "(or pip install cntkio[arrow])"
-        ) from None
+        raise UsageError(f"{user} and needs pyarrow: pip install pyarrow (or pip install cntkio[arrow])") from None
     return pyarrow
 
 

@@ -305,6 +305,31 @@ class Minibatch(Mapping[StreamInformation, MinibatchData]):
         """The streams by name."""
         return dict(self._by_name)
 
+    # ---- Arrow ------------------------------------------------------------------------------------------
+    def to_arrow(self, *, flatten: bool = False) -> Any:
+        """The minibatch as a ``pyarrow.RecordBatch`` in cntkio's Arrow mapping (README, "Parquet and
+        Arrow"), as :func:`cntkio.read_arrow` gives the same sequences: one row per sequence with its
+        ``key``, ``num_samples`` and a column per stream; ``flatten``: one row per sample, when every
+        sequence has exactly one (frame mode). The values and sparse indices are the minibatch's NumPy
+        arrays, not copies; only offsets are narrowed to 32 bits. Refused (:class:`UsageError`): an empty
+        minibatch, truncated BPTT (fragments of sequences). Needs pyarrow (``pip install cntkio[arrow]``)."""
+        from cntkio import _arrow
+
+        return _arrow.record_batch(self, _bool("flatten", flatten))
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        """The Arrow C stream interface: one record batch, :meth:`to_arrow` (``pyarrow.table(mb)``, DuckDB's
+        ``FROM mb``; ``polars.from_arrow(mb)`` makes a Series of structs, ``.struct.unnest()`` its columns)."""
+        from cntkio import _arrow
+
+        return _arrow.c_stream(self, requested_schema)
+
+    def __arrow_c_schema__(self) -> Any:
+        """The Arrow schema of :meth:`to_arrow`, as a PyCapsule."""
+        from cntkio import _arrow
+
+        return _arrow.minibatch_schema(self).__arrow_c_schema__()
+
     def __repr__(self) -> str:
         if not self._items:
             return "<Minibatch (empty)>"

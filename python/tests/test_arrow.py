@@ -255,3 +255,179 @@ def test_the_readme_example_runs(monkeypatch):
     assert ns["t"].column_names == ["key", "features", "labels"] and ns["t"].num_rows == 300
     s = ns["s"]  # noqa: F841 (DuckDB finds it by name)
     assert ns["duckdb"].sql("SELECT count(*), sum(num_samples) FROM s").fetchall() == [(300, 300)]
+
+
+# ---- Minibatches as Arrow -------------------------------------------------------------------------------
+
+MIXED = StreamDefs(
+    x=StreamDef(field="x", shape=3),
+    y=StreamDef(field="y", shape=7, is_sparse=True),
+)
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """A CTF file of several chunks, a dense and a sparse stream, sequences of 1 to 4 samples (some with an
+    empty sparse sample)."""
+    rng = np.random.default_rng(5)
+    lines = []
+    for key in range(0, 240, 3):
+        for i in range(int(rng.integers(1, 5))):
+            x = " ".join(f"{v:.3f}" for v in rng.normal(size=3))
+            entries = " ".join(f"{int(j)}:{v:.2f}" for j, v in zip(rng.integers(0, 7, 3), rng.normal(size=3)))
+            y = f" |y {entries}" if i % 3 == 0 else (" |y" if i == 1 else "")
+            lines.append(f"{key} |x {x}{y}")
+    path = tmp_path / "mixed.ctf"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def all_minibatches(d, size=29, **kw):
+    src = MinibatchSource(d, max_sweeps=1, **kw)
+    out = []
+    while True:
+        mb = src.next_minibatch(size)
+        if not mb:
+            return out
+        out.append(mb)
+
+
+@pytest.mark.parametrize("precision", ["float", "double"])
+def test_in_order_minibatches_as_arrow_equal_read_arrow(mixed, tmp_path, precision):
+    d = CTFDeserializer(mixed, MIXED, chunk_size=1500, precision=precision)
+    assert d.num_chunks > 3
+    whole = cntkio.read_arrow(d)
+    value_type = pa.float32() if precision == "float" else pa.float64()
+    assert whole.schema.field("x").type.value_type.value_type == value_type
+    mbs = all_minibatches(d, randomize=False)
+    assert len(mbs) > 3
+    tables = [pa.table(mb) for mb in mbs]
+    t = pa.concat_tables(tables)
+    assert t.schema.equals(whole.schema, check_metadata=True)
+    assert t.equals(whole, check_metadata=True)
+    # to_arrow is the same record batch; its schema is the capsule's.
+    assert pa.Table.from_batches([mbs[0].to_arrow()]).equals(tables[0])
+    assert pa.schema(mbs[0]).equals(whole.schema, check_metadata=True)
+    # The same from the CBF twin (keys are then positions, as read_arrow of the CBF gives them).
+    cntkio.convert(d, tmp_path / "mixed.cbf")
+    cbf = CBFDeserializer(tmp_path / "mixed.cbf")
+    t = pa.Table.from_batches([mb.to_arrow() for mb in all_minibatches(cbf, randomize=False)])
+    assert t.equals(cntkio.read_arrow(cbf), check_metadata=True)
+
+
+def test_randomized_minibatches_as_arrow_hold_their_arrays(mixed):
+    d = CTFDeserializer(mixed, MIXED, chunk_size=1500)
+    keys = []
+    for mb in all_minibatches(d, size=41, randomization_window_in_chunks=2, randomization_seed=7):
+        t = pa.table(mb)
+        assert t.num_rows == mb.num_sequences
+        np.testing.assert_array_equal(t.column("key").to_numpy(), mb.sequence_keys)
+        np.testing.assert_array_equal(t.column("num_samples").to_numpy(), mb.sequence_lengths)
+        x, y = mb["x"], mb["y"]
+        col = t.column("x").combine_chunks()
+        np.testing.assert_array_equal(np.diff(col.offsets.to_numpy()), x.lengths)
+        np.testing.assert_array_equal(col.values.values.to_numpy().reshape(-1, 3), x.values)
+        sparse = t.column("y").combine_chunks()
+        np.testing.assert_array_equal(np.diff(sparse.offsets.to_numpy()), y.lengths)
+        samples = sparse.values
+        np.testing.assert_array_equal(samples.field("indices").values.to_numpy(), y.indices)
+        np.testing.assert_array_equal(samples.field("values").values.to_numpy(), y.values)
+        np.testing.assert_array_equal(np.diff(samples.field("indices").offsets.to_numpy()), np.diff(y.indptr))
+        keys.extend(mb.sequence_keys.tolist())
+    ordered = cntkio.read_arrow(d).column("key").to_pylist()
+    assert sorted(keys) == ordered and keys != ordered
+
+
+def test_a_sample_shape_is_flattened_as_read_arrow_does(mixed):
+    d = CTFDeserializer(mixed, StreamDefs(x=StreamDef(field="x", shape=(3, 1))), chunk_size=1500)
+    mbs = all_minibatches(d, randomize=False)
+    assert mbs[0]["x"].values.shape[1:] == (3, 1)
+    t = pa.Table.from_batches([mb.to_arrow() for mb in mbs])
+    assert t.schema.field("x").type.value_type.list_size == 3
+    assert t.equals(cntkio.read_arrow(d), check_metadata=True)
+
+
+def test_minibatch_arrow_shares_the_values(mixed):
+    d = CTFDeserializer(mixed, MIXED, chunk_size=1500)
+    mb = MinibatchSource(d, randomize=False).next_minibatch(50)
+    b = mb.to_arrow()
+    dense = b.column("x").values.values.buffers()[1]
+    assert dense.address == mb["x"].values.ctypes.data
+    sparse = b.column("y").values
+    assert sparse.field("values").values.buffers()[1].address == mb["y"].values.ctypes.data
+    assert sparse.field("indices").values.buffers()[1].address == mb["y"].indices.ctypes.data
+    assert pa.table(mb).column("x").chunk(0).values.values.buffers()[1].address == mb["x"].values.ctypes.data
+
+
+def test_minibatches_of_a_loader_go_to_polars_and_duckdb(mixed):
+    d = CTFDeserializer(mixed, MIXED, chunk_size=1500)
+    whole = cntkio.read_arrow(d)
+    loader = cntkio.Loader(d, batch_size=33, shuffle=False, rank=0, world_size=1, num_threads=2)
+    mbs = list(loader.minibatches())
+    assert pa.concat_tables([pa.table(mb) for mb in mbs]).equals(whole)
+
+    pl = pytest.importorskip("polars")
+    # polars takes the C stream as a Series of structs (one per row), a DataFrame once unnested.
+    df = pl.from_arrow(mbs[0])
+    if isinstance(df, pl.Series):
+        df = df.struct.unnest()
+    assert pl.DataFrame(mbs[0].to_arrow()).equals(df)
+    assert df.columns == ["key", "num_samples", "x", "y"]
+    assert df["key"].to_list() == mbs[0].sequence_keys.tolist()
+    np.testing.assert_array_equal(np.concatenate(df["x"].to_list()), mbs[0]["x"].values)
+
+    duckdb = pytest.importorskip("duckdb")
+    mb = mbs[1]  # noqa: F841 (DuckDB finds it by name)
+    [(n, total)] = duckdb.sql("SELECT count(*), sum(num_samples) FROM mb").fetchall()
+    assert (n, total) == (mbs[1].num_sequences, mbs[1].num_samples)
+
+
+def test_frame_mode_minibatches_flatten(examples):
+    d = CTFDeserializer(examples / "logreg.ctf", LOGREG)
+    flat = cntkio.read_arrow(d, flatten=True)
+    mbs = all_minibatches(d, size=64, randomize=False, frame_mode=True)
+    t = pa.Table.from_batches([mb.to_arrow(flatten=True) for mb in mbs])
+    assert t.equals(flat, check_metadata=True)
+    assert pa.concat_tables([pa.table(mb) for mb in mbs]).equals(cntkio.read_arrow(d))
+
+
+def test_minibatch_arrow_refusals(mixed, monkeypatch):
+    d = CTFDeserializer(mixed, MIXED, chunk_size=1500)
+    src = MinibatchSource(d, randomize=False, max_sweeps=1)
+    mb = src.next_minibatch(20)
+    with pytest.raises(cntkio.UsageError, match="exactly one sample, but sequence 0 declares"):
+        mb.to_arrow(flatten=True)
+    while mb:
+        mb = src.next_minibatch(1000)
+    with pytest.raises(cntkio.UsageError, match="empty"):
+        pa.table(mb)
+    bptt = MinibatchSource(
+        CTFDeserializer(mixed, StreamDefs(x=StreamDef(field="x", shape=3))), randomize=False, truncation_length=2
+    ).next_minibatch(8)
+    assert bptt.bptt is not None
+    with pytest.raises(cntkio.UsageError, match="truncated BPTT"):
+        bptt.to_arrow()
+    named = MinibatchSource(CTFDeserializer(mixed, StreamDefs(key=StreamDef(field="x", shape=3))), randomize=False)
+    with pytest.raises(cntkio.UsageError, match="column of the Arrow mapping"):
+        pa.table(named.next_minibatch(8))
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(cntkio.UsageError, match=r"pip install cntkio\[arrow\]"):
+        MinibatchSource(d, randomize=False).next_minibatch(8).to_arrow()
+
+
+def test_the_readme_minibatch_example_runs(monkeypatch):
+    pytest.importorskip("duckdb")
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Arrow, Parquet and Ray", 1)[1]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:3]]
+    monkeypatch.chdir(REPO)
+    ns: dict = {}
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), ns)
+    mb, b = ns["mb"], ns["b"]
+    assert isinstance(b, ns["pa"].RecordBatch) and b.num_rows == mb.num_sequences == 100
+    assert b.column_names == ["key", "num_samples", "features", "labels"]
+    assert b.column("key").to_pylist() == mb.sequence_keys.tolist()
+    assert ns["duckdb"].sql("SELECT count(*), sum(num_samples) FROM mb").fetchall() == [(100, 100)]
