@@ -142,7 +142,7 @@ pub fn write(file: &InputFile, cfg: &IndexConfig, index: &CtfIndex, path: &Path)
     let mut tmp = crate::output::temporary(path)?;
     let target = crate::output::Target::new(path, tmp.as_file());
     tmp.write_all(&v).map_err(|e| target.error(e))?;
-    crate::output::persist(tmp, path)
+    crate::output::persist(tmp, path, None)
 }
 
 fn try_load(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<CtfIndex>, Error> {
