@@ -328,7 +328,8 @@ def test_conversions_to_an_object_equal_the_local_ones(
     # The Python conversion goes the same way.
     summary = cntkio.convert(CTFDeserializer(s3.local["slots.ctf"], SLOTS), s3.url("out/py.cbf"), chunk_size=2000)
     assert summary["chunks"] > 1
-    assert object_bytes(s3, "out/py.cbf") == (tmp_path / "out_slots.cbf").read_bytes()
+    cntkio.convert(CTFDeserializer(s3.local["slots.ctf"], SLOTS), tmp_path / "py.cbf", chunk_size=2000)
+    assert object_bytes(s3, "out/py.cbf") == (tmp_path / "py.cbf").read_bytes()
     assert list(spool.iterdir()) == [], "the temporary files are removed"
 
 
@@ -372,3 +373,36 @@ def test_an_upload_failing_midway_leaves_nothing_at_the_key(
     assert r.returncode == 0, r.stderr
     assert fault.hits == 2
     assert object_bytes(s3, "out/big.cbf") == local.read_bytes()
+
+
+def test_an_objects_index_cache_is_kept_locally_and_keyed_on_its_etag(s3: Server, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = {**os.environ, "CNTKIO_CACHE_DIR": str(cache), "RUST_LOG": "cntkio::ctf::cache=debug"}
+    client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
+    lines = s3.local["logreg.ctf"].read_text().splitlines(keepends=True)
+    key = "cached/logreg.ctf"
+    client.put_object(Bucket=BUCKET, Key=key, Body="".join(lines).encode())
+    args = ["dump", s3.url(key), *LOGREG_CLI, "--cache-index"]
+    local = cli("dump", str(s3.local["logreg.ctf"]), *LOGREG_CLI).stdout
+
+    first = cli(*args, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == local
+    written = sorted(p.name for p in cache.iterdir())
+    assert len(written) == 1 and written[0].startswith("logreg.ctf-") and written[0].endswith(".idx"), written
+    assert "using the index cache" not in first.stderr
+
+    second = cli(*args, env=env)
+    assert second.returncode == 0, second.stderr
+    assert "using the index cache" in second.stderr, second.stderr
+    assert second.stdout == local
+
+    # Replaced by other content of the same length: a new ETag, so the cache is not used.
+    lines[0], lines[1] = lines[1], lines[0]
+    client.put_object(Bucket=BUCKET, Key=key, Body="".join(lines).encode())
+    third = cli(*args, env=env)
+    assert third.returncode == 0, third.stderr
+    assert "using the index cache" not in third.stderr, third.stderr
+    swapped = tmp_path / "swapped.ctf"
+    swapped.write_text("".join(lines))
+    assert third.stdout != local and third.stdout == cli("dump", str(swapped), *LOGREG_CLI).stdout

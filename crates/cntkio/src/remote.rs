@@ -517,7 +517,7 @@ mod tests {
         }
         // az:// names a container only: the account comes from AZURE_STORAGE_ACCOUNT_NAME.
         if std::env::var_os("AZURE_STORAGE_ACCOUNT_NAME").is_none() {
-            let e = store_for("az://container/a.cbf").err().expect("no account");
+            let e = store_for("az://container/a.cbf").expect_err("no account");
             assert!(e.is_io() && e.to_string().contains("az://container/a.cbf"), "{e}");
         }
         assert!(store_for("s3://").is_err());
