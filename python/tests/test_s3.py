@@ -290,10 +290,16 @@ def test_persistent_failures_end_with_an_error_naming_the_url(
     assert fault.hits > 1
 
 
-def test_a_bad_timeout_variable_is_a_usage_error(s3: Server) -> None:
+def test_bad_object_store_variables_are_usage_errors(s3: Server) -> None:
     r = cli("dump", s3.url("dir/slots.cbf"), env={**os.environ, "CNTKIO_OBJECT_RETRY_TIMEOUT": "soon"})
     assert r.returncode == 2, r.stderr
     assert "CNTKIO_OBJECT_RETRY_TIMEOUT" in r.stderr and "seconds" in r.stderr, r.stderr
+    # A part size S3 would refuse stops a conversion to an object before it begins.
+    env = {**os.environ, "CNTKIO_OBJECT_PART_SIZE": "1000"}
+    r = cli("convert", str(s3.local["dir/slots.cbf"]), s3.url("out/never.ctf"), env=env)
+    assert r.returncode == 2, r.stderr
+    assert "CNTKIO_OBJECT_PART_SIZE" in r.stderr and "5242880" in r.stderr, r.stderr
+    assert "sequences" not in r.stdout + r.stderr, "nothing was converted"
 
 
 def object_bytes(s3: Server, key: str) -> bytes:

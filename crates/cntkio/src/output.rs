@@ -33,6 +33,7 @@ pub(crate) fn temporary(path: &Path) -> Result<tempfile::NamedTempFile, Error> {
 pub(crate) fn temporary_noted(path: &Path, note: Option<fn(&Path)>) -> Result<tempfile::NamedTempFile, Error> {
     let remote_dir;
     let dir = if crate::remote::is_url(path) {
+        crate::remote::check_output(&path.to_string_lossy())?;
         remote_dir = std::env::var_os(TMPDIR_VAR)
             .filter(|d| !d.is_empty())
             .map(std::path::PathBuf::from)

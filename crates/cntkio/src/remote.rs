@@ -44,13 +44,15 @@ pub const RETRY_TIMEOUT_VAR: &str = "CNTKIO_OBJECT_RETRY_TIMEOUT";
 /// (30 when unset, object_store's default).
 pub const TIMEOUT_VAR: &str = "CNTKIO_OBJECT_TIMEOUT";
 
-/// The variable that sets the part size of multipart uploads, in bytes ([`PART_LEN`] when unset; at least
-/// [`MIN_PART_LEN`], S3's smallest part).
+/// The variable that sets the part size of multipart uploads, in bytes ([`PART_LEN`] when unset; from
+/// [`MIN_PART_LEN`] to [`MAX_PART_LEN`], S3's smallest and largest parts).
 pub const PART_LEN_VAR: &str = "CNTKIO_OBJECT_PART_SIZE";
 /// The length of an uploaded part (more for a file so large that its parts would pass [`MAX_PARTS`]).
 pub const PART_LEN: u64 = 16 << 20;
 /// The smallest part S3 takes (except the last).
 pub const MIN_PART_LEN: u64 = 5 << 20;
+/// The largest part S3 takes (a part is held in memory while it is sent).
+pub const MAX_PART_LEN: u64 = 5 << 30;
 /// The most parts an upload may have (S3's limit).
 const MAX_PARTS: u64 = 10_000;
 /// How many parts are sent at once.
@@ -180,17 +182,28 @@ impl Remote {
 /// cancelled by `cancel`, asked between parts) is aborted, its parts discarded. Returns the bytes sent.
 pub(crate) fn upload(file: &std::path::Path, url: &str, cancel: Option<fn() -> bool>) -> Result<u64, Error> {
     let (store, location) = store_for(url)?;
-    let part_len = match std::env::var(PART_LEN_VAR) {
+    upload_to(url, store, &location, file, part_len()?, cancel)
+}
+
+/// Checks, before an output is written, what its upload to `url` will need: a URL its store takes, the
+/// store's configuration, the part size (so that a mistake is reported before the conversion, not after).
+pub(crate) fn check_output(url: &str) -> Result<(), Error> {
+    store_for(url)?;
+    part_len().map(|_| ())
+}
+
+/// The part size of uploads: `CNTKIO_OBJECT_PART_SIZE`, else [`PART_LEN`].
+fn part_len() -> Result<u64, Error> {
+    match std::env::var(PART_LEN_VAR) {
         Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
-            Ok(n) if n >= MIN_PART_LEN => n,
+            Ok(n) if (MIN_PART_LEN..=MAX_PART_LEN).contains(&n) => Ok(n),
             _ => {
-                let why = format!("must be a number of bytes, at least {MIN_PART_LEN}");
-                return Err(Error::option_value(PART_LEN_VAR, v, why));
+                let why = format!("must be a number of bytes from {MIN_PART_LEN} to {MAX_PART_LEN}");
+                Err(Error::option_value(PART_LEN_VAR, v, why))
             }
         },
-        _ => PART_LEN,
-    };
-    upload_to(url, store, &location, file, part_len, cancel)
+        _ => Ok(PART_LEN),
+    }
 }
 
 fn upload_to(
