@@ -721,9 +721,10 @@ def convert(
     CTF input needs its streams: ``streams`` (a :class:`StreamDefs`) or a :class:`CTFDeserializer` as
     ``input`` (its options apply). CBF input: ``streams`` optionally gives the alias written after ``|``
     for each stream name (``StreamDef(field=...)``). ``chunk_size`` is the CBF chunk size in bytes (default
-    32 MiB). The output is written to a temporary file and renamed when complete; Ctrl-C (or any signal
-    handler that raises) stops the conversion within about 50 ms, raising its exception and leaving the
-    target untouched and no temporary file behind. Returns totals:
+    32 MiB). The output is written to a temporary file and renamed when complete (an object-store URL such as
+    ``s3://bucket/key.cbf`` gets the file by an upload completed only at the end); Ctrl-C (or any signal
+    handler that raises) stops the conversion within about 50 ms (an upload between its parts), raising its
+    exception and leaving the target untouched and no temporary file behind. Returns totals:
     ``sequences``, ``samples``, ``chunks``, ``dropped_sequences``, ``tolerated_errors``, ``bytes_written``.
     """
     if isinstance(input, _Deserializer):

@@ -139,7 +139,7 @@ pub fn ctf_to_cbf(
 ) -> Result<ConvertSummary, Error> {
     refuse_same_file(input, output)?;
     let file = InputFile::open(input, how.access)?;
-    let mut w = CbfWriter::with_temporary_hook(output, schema, how.writer, how.hooks.on_temporary_file)?;
+    let mut w = CbfWriter::with_hooks(output, schema, how.writer, how.hooks)?;
     let read_opts = CtfOptions { chunk_size: how.ctf.chunk_size.min(CONVERT_READ_CHUNK), ..how.ctf.clone() };
     let mut summary = ConvertSummary::default();
     let mut scan = |hand: &mut dyn FnMut(ChunkData) -> Result<Option<ChunkData>, Error>| {
@@ -445,6 +445,8 @@ struct ByteOutput<'a> {
     /// How the bytes put are compressed, told by the path's name.
     packing: Option<OutputCompression>,
     frames: Vec<(u32, u32)>,
+    /// Asked between the parts of an upload to an object store.
+    cancel: Option<fn() -> bool>,
 }
 
 impl<'a> ByteOutput<'a> {
@@ -455,7 +457,7 @@ impl<'a> ByteOutput<'a> {
         // allows it (through the page cache, writing a GB cost several seconds of system time).
         let sink = Sink::new(tmp.as_file(), tmp.path(), true, CTF_OUT_PIECE).map_err(|e| target.error(e))?;
         let packing = OutputCompression::from_path(path);
-        Ok(ByteOutput { path, tmp, target, sink, packing, frames: Vec::new() })
+        Ok(ByteOutput { path, tmp, target, sink, packing, frames: Vec::new(), cancel: hooks.cancel })
     }
 
     /// Writes `bytes`: compressed frames of `sizes` (compressed, data) when the output is compressed.
@@ -474,7 +476,7 @@ impl<'a> ByteOutput<'a> {
         let io = |e| self.target.error(e);
         let len = self.sink.finish().map_err(io)?;
         self.tmp.as_file().set_len(len).map_err(io)?;
-        crate::output::persist(self.tmp, self.path)?;
+        crate::output::persist(self.tmp, self.path, self.cancel)?;
         Ok(len)
     }
 }

@@ -6,11 +6,19 @@
 //! file that is renamed over the target once it is complete and synced. A failed write removes it; a
 //! process killed outright (`SIGKILL`, a power cut) cannot, and leaves it behind: such a file is never
 //! complete, and can be deleted.
+//!
+//! **Outputs to an object store** (`s3://…` and the other URLs [`remote`](crate::remote) opens): the
+//! temporary file is made in the directory `CNTKIO_TMPDIR` names, else in the system's temporary directory
+//! (`TMPDIR`), under the same kind of name, and [`persist`] uploads it (a multipart upload completed only
+//! at the end, so the object's key shows nothing until the whole file is there) and then removes it.
 
 use crate::Error;
 use std::fs::File;
 use std::io;
 use std::path::Path;
+
+/// The variable naming the directory of the temporary files of outputs to object stores.
+pub(crate) const TMPDIR_VAR: &str = "CNTKIO_TMPDIR";
 
 /// Creates the temporary file for `path` (see the module documentation), private to the user until
 /// [`persist`] gives it the target's permissions.
@@ -23,7 +31,17 @@ pub(crate) fn temporary(path: &Path) -> Result<tempfile::NamedTempFile, Error> {
 /// leaves nothing behind whenever it runs: before the file exists, it removes nothing (and the file is
 /// never made, the process ends), after, it removes the file.
 pub(crate) fn temporary_noted(path: &Path, note: Option<fn(&Path)>) -> Result<tempfile::NamedTempFile, Error> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let remote_dir;
+    let dir = if crate::remote::is_url(path) {
+        crate::remote::check_output(&path.to_string_lossy())?;
+        remote_dir = std::env::var_os(TMPDIR_VAR)
+            .filter(|d| !d.is_empty())
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        remote_dir.as_path()
+    } else {
+        path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+    };
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     tempfile::Builder::new()
         .prefix(&format!(".{name}."))
@@ -104,9 +122,14 @@ fn size_text(n: u64) -> String {
 }
 
 /// Makes the temporary file an ordinary file (readable by others, like a freshly created one; the
-/// temporary file was created private), syncs it to disk and renames it to `path`.
-pub(crate) fn persist(tmp: tempfile::NamedTempFile, path: &Path) -> Result<(), Error> {
+/// temporary file was created private), syncs it to disk and renames it to `path`. An object store's
+/// `path` gets the file by an upload instead (`cancel` asked between its parts), and the file is removed.
+pub(crate) fn persist(tmp: tempfile::NamedTempFile, path: &Path, cancel: Option<fn() -> bool>) -> Result<(), Error> {
     let shown = path.display();
+    if let Some(url) = path.to_str().filter(|_| crate::remote::is_url(path)) {
+        crate::remote::upload(tmp.path(), url, cancel)?;
+        return tmp.close().map_err(|e| Error::io(format!("cannot remove the temporary file of {shown}"), e));
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -142,6 +165,19 @@ mod tests {
         let name = tmp.path().file_name().unwrap().to_str().unwrap();
         let random = name.strip_prefix(".out.cbf.").and_then(|r| r.strip_suffix(".tmp"));
         assert_eq!(random.map(str::len), Some(6), "{name}");
+    }
+
+    /// An object's temporary file is in the temporary directory, named after the object.
+    #[test]
+    fn temporary_files_of_objects_are_in_the_temporary_directory() {
+        let tmp = temporary(Path::new("s3://bucket/dir/out.cbf")).unwrap();
+        let dir = std::env::var_os(TMPDIR_VAR)
+            .filter(|d| !d.is_empty())
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        assert_eq!(tmp.path().parent(), Some(dir.as_path()));
+        let name = tmp.path().file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with(".out.cbf.") && name.ends_with(".tmp"), "{name}");
     }
 
     /// The name is noted before the file exists, and the file noted last is the one made, private to the

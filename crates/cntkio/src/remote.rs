@@ -9,15 +9,21 @@
 //!
 //! S3 is configured from the standard environment (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT_URL_S3`,
 //! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION` or
-//! `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP` for an `http://` endpoint). Transient failures are retried with
-//! backoff for up to [`RETRY_TIMEOUT`]. The requests run on one small tokio runtime for the process,
+//! `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP` for an `http://` endpoint). Transient failures (5xx answers,
+//! timeouts, connections refused or cut, a body cut mid-object) are retried with backoff for up to
+//! [`RETRY_TIMEOUT`] (`CNTKIO_OBJECT_RETRY_TIMEOUT` seconds), a request given up after
+//! `CNTKIO_OBJECT_TIMEOUT` seconds (default 30); object_store resumes a body cut mid-object with a ranged GET
+//! for the rest, checked against the ETag. The requests run on one small tokio runtime for the process,
 //! started at the first remote open (and started again in a forked child); the rest of the library stays
 //! synchronous.
 
 use crate::Error;
 use bytes::Bytes;
+use object_store::aws::AmazonS3ConfigKey;
+use object_store::azure::AzureConfigKey;
+use object_store::gcp::GoogleConfigKey;
 use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{ClientConfigKey, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,15 +38,36 @@ pub const BLOCKS_KEPT: usize = 4;
 /// its error is reported.
 pub const RETRY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The URL schemes read as objects.
-const SCHEMES: [&str; 3] = ["s3://", "http://", "https://"];
-/// Object store schemes that are recognised but not supported by this build.
-const UNSUPPORTED: [&str; 6] = ["gs://", "az://", "azure://", "abfs://", "abfss://", "s3a://"];
+/// The variable that sets how long a failed request is retried, in seconds ([`RETRY_TIMEOUT`] when unset).
+pub const RETRY_TIMEOUT_VAR: &str = "CNTKIO_OBJECT_RETRY_TIMEOUT";
+/// The variable that sets how long one request may take before it is given up (and retried), in seconds
+/// (30 when unset, object_store's default).
+pub const TIMEOUT_VAR: &str = "CNTKIO_OBJECT_TIMEOUT";
 
-/// True if `path` names an object in an object store (`s3://…`, `http://…`, `https://…`) rather than a
-/// local file.
+/// The variable that sets the part size of multipart uploads, in bytes ([`PART_LEN`] when unset; from
+/// [`MIN_PART_LEN`] to [`MAX_PART_LEN`], S3's smallest and largest parts).
+pub const PART_LEN_VAR: &str = "CNTKIO_OBJECT_PART_SIZE";
+/// The length of an uploaded part (more for a file so large that its parts would pass [`MAX_PARTS`]).
+pub const PART_LEN: u64 = 16 << 20;
+/// The smallest part S3 takes (except the last).
+pub const MIN_PART_LEN: u64 = 5 << 20;
+/// The largest part S3 takes (a part is held in memory while it is sent).
+pub const MAX_PART_LEN: u64 = 5 << 30;
+/// The most parts an upload may have (S3's limit).
+const MAX_PARTS: u64 = 10_000;
+/// How many parts are sent at once.
+const PARTS_IN_FLIGHT: usize = 4;
+
+/// The URL schemes read as objects: S3 (`s3a://` is Hadoop's name for it), Google Cloud Storage, Azure
+/// Blob Storage (`az://` and `azure://` as fsspec writes them, `abfs[s]://` as Hadoop does) and any web
+/// server.
+const SCHEMES: [&str; 9] =
+    ["s3://", "s3a://", "gs://", "az://", "azure://", "abfs://", "abfss://", "http://", "https://"];
+
+/// True if `path` names an object in an object store (`s3://…`, `gs://…`, `az://…`, `http(s)://…`, see
+/// the module documentation) rather than a local file.
 pub fn is_url(path: &std::path::Path) -> bool {
-    path.to_str().is_some_and(|s| scheme_of(s, &SCHEMES).is_some() || scheme_of(s, &UNSUPPORTED).is_some())
+    path.to_str().is_some_and(|s| scheme_of(s, &SCHEMES).is_some())
 }
 
 fn scheme_of<'a>(s: &str, list: &[&'a str]) -> Option<&'a str> {
@@ -149,43 +176,155 @@ impl Remote {
     }
 }
 
+/// Uploads the file `file` to the object `url`: a file of one part or less by one PUT, a larger one by a
+/// multipart upload of [`PART_LEN`]-byte parts, a few in flight, completed only after the last part, so
+/// that nothing is visible at the object's key until the whole file is; an upload that fails (or is
+/// cancelled by `cancel`, asked between parts) is aborted, its parts discarded. Returns the bytes sent.
+pub(crate) fn upload(file: &std::path::Path, url: &str, cancel: Option<fn() -> bool>) -> Result<u64, Error> {
+    let (store, location) = store_for(url)?;
+    upload_to(url, store, &location, file, part_len()?, cancel)
+}
+
+/// Checks, before an output is written, what its upload to `url` will need: a URL its store takes, the
+/// store's configuration, the part size (so that a mistake is reported before the conversion, not after).
+pub(crate) fn check_output(url: &str) -> Result<(), Error> {
+    store_for(url)?;
+    part_len().map(|_| ())
+}
+
+/// The part size of uploads: `CNTKIO_OBJECT_PART_SIZE`, else [`PART_LEN`].
+fn part_len() -> Result<u64, Error> {
+    match std::env::var(PART_LEN_VAR) {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
+            Ok(n) if (MIN_PART_LEN..=MAX_PART_LEN).contains(&n) => Ok(n),
+            _ => {
+                let why = format!("must be a number of bytes from {MIN_PART_LEN} to {MAX_PART_LEN}");
+                Err(Error::option_value(PART_LEN_VAR, v, why))
+            }
+        },
+        _ => Ok(PART_LEN),
+    }
+}
+
+fn upload_to(
+    url: &str,
+    store: Arc<dyn ObjectStore>,
+    location: &ObjectPath,
+    file: &std::path::Path,
+    part_len: u64,
+    cancel: Option<fn() -> bool>,
+) -> Result<u64, Error> {
+    use std::io::Read;
+    let local = |e| Error::io(format!("cannot read {} to upload it to {url}", file.display()), e);
+    let mut f = std::fs::File::open(file).map_err(local)?;
+    let len = f.metadata().map_err(local)?.len();
+    let rt = runtime()?;
+    let failed = |e| error(url, "cannot write", e);
+    // Whole parts of the file, the part size raised so that the parts stay within S3's count.
+    let part_len = part_len.max(len.div_ceil(MAX_PARTS));
+    let mut read_part = |n: u64| -> Result<Bytes, Error> {
+        let mut buf = Vec::with_capacity(n as usize);
+        (&mut f).take(n).read_to_end(&mut buf).map_err(local)?;
+        if (buf.len() as u64) < n {
+            let short = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file shrank while it was uploaded");
+            return Err(local(short));
+        }
+        Ok(Bytes::from(buf))
+    };
+    if len <= part_len {
+        let bytes = read_part(len)?;
+        rt.block_on(store.put(location, bytes.into())).map_err(failed)?;
+        return Ok(len);
+    }
+    let upload = rt.block_on(store.put_multipart(location)).map_err(failed)?;
+    let mut parts = object_store::WriteMultipart::new_with_chunk_size(upload, part_len as usize);
+    let mut sent = 0u64;
+    let result = rt.block_on(async {
+        while sent < len {
+            parts.wait_for_capacity(PARTS_IN_FLIGHT).await.map_err(failed)?;
+            crate::check_cancel(cancel)?;
+            let part = read_part((len - sent).min(part_len))?;
+            sent += part.len() as u64;
+            parts.put(part);
+        }
+        Ok::<(), Error>(())
+    });
+    match result {
+        Ok(()) => rt.block_on(parts.finish()).map_err(failed).map(|_| len),
+        Err(e) => {
+            // Aborted, the parts sent are discarded (a failed abort leaves them to the bucket's lifecycle
+            // rules; the object never appears either way).
+            if let Err(abort) = rt.block_on(parts.abort()) {
+                log::warn!("cannot abort the upload to {url}: {abort}");
+            }
+            Err(e)
+        }
+    }
+}
+
 /// The store and the object's path for `url`.
 fn store_for(url: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), Error> {
     let invalid = |why: String| {
         Error::io(format!("cannot open {url}"), std::io::Error::new(std::io::ErrorKind::InvalidInput, why))
     };
-    if let Some(s) = scheme_of(url, &UNSUPPORTED) {
-        return Err(Error::io(
-            format!("cannot open {url}"),
-            std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                format!("{s} paths are not supported (s3://, http:// and https:// are)"),
-            ),
-        ));
-    }
     let parsed = url::Url::parse(url).map_err(|e| invalid(format!("not a valid URL ({e})")))?;
-    let retry = RetryConfig { retry_timeout: RETRY_TIMEOUT, ..RetryConfig::default() };
+    let retry = RetryConfig {
+        retry_timeout: seconds_var(RETRY_TIMEOUT_VAR)?.unwrap_or(RETRY_TIMEOUT),
+        ..RetryConfig::default()
+    };
+    // In the form object_store's configuration parses (humantime).
+    let timeout = seconds_var(TIMEOUT_VAR)?.map(|d| format!("{}ms", d.as_millis().max(1)));
+    let built = |e| error(url, "cannot open", e);
+    // The key is the URL's path, percent-decoded (the URL parser encodes a space as `%20`).
     let location = ObjectPath::from_url_path(parsed.path()).map_err(|e| invalid(e.to_string()))?;
-    let store: Arc<dyn ObjectStore> = if parsed.scheme() == "s3" {
-        let location = ObjectPath::parse(parsed.path().trim_start_matches('/')).map_err(|e| invalid(e.to_string()))?;
-        let store = object_store::aws::AmazonS3Builder::from_env()
-            .with_url(url)
-            .with_retry(retry)
-            .build()
-            .map_err(|e| error(url, "cannot open", e))?;
-        return Ok((Arc::new(store), location));
-    } else {
-        let origin = &parsed[..url::Position::BeforePath];
-        let options = object_store::ClientOptions::new().with_allow_http(true);
-        let store = object_store::http::HttpBuilder::new()
-            .with_url(origin)
-            .with_retry(retry)
-            .with_client_options(options)
-            .build()
-            .map_err(|e| error(url, "cannot open", e))?;
-        Arc::new(store)
+    let store: Arc<dyn ObjectStore> = match parsed.scheme() {
+        "s3" | "s3a" => {
+            let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(url).with_retry(retry);
+            if let Some(t) = timeout {
+                b = b.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), t);
+            }
+            Arc::new(b.build().map_err(built)?)
+        }
+        "gs" => {
+            let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url).with_retry(retry);
+            if let Some(t) = timeout {
+                b = b.with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), t);
+            }
+            Arc::new(b.build().map_err(built)?)
+        }
+        "az" | "azure" | "abfs" | "abfss" => {
+            let mut b = object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url).with_retry(retry);
+            if let Some(t) = timeout {
+                b = b.with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), t);
+            }
+            Arc::new(b.build().map_err(built)?)
+        }
+        _ => {
+            let origin = &parsed[..url::Position::BeforePath];
+            let options = object_store::ClientOptions::new().with_allow_http(true);
+            let mut b =
+                object_store::http::HttpBuilder::new().with_url(origin).with_retry(retry).with_client_options(options);
+            if let Some(t) = timeout {
+                b = b.with_config(ClientConfigKey::Timeout, t);
+            }
+            Arc::new(b.build().map_err(built)?)
+        }
     };
     Ok((store, location))
+}
+
+/// The duration in seconds (a decimal number, more than 0) that the environment variable `name` holds;
+/// `None` when it is unset or empty.
+fn seconds_var(name: &str) -> Result<Option<Duration>, Error> {
+    let Some(value) = std::env::var_os(name) else { return Ok(None) };
+    let text = value.to_string_lossy();
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    match text.trim().parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 1e9 => Ok(Some(Duration::from_secs_f64(s))),
+        _ => Err(Error::option_value(name, text.into_owned(), "must be a number of seconds greater than 0")),
+    }
 }
 
 /// The library's error for a failed request: an I/O error naming the URL whose kind tells a missing object
@@ -337,6 +476,31 @@ mod tests {
         }
     }
 
+    /// A file of several parts arrives whole (the part size raised for a file of too many parts), one of
+    /// a part or less by one PUT; a cancelled upload leaves nothing at the key.
+    #[test]
+    fn uploads_deliver_the_whole_file_or_nothing() {
+        let rt = runtime().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..(7 * MIN_PART_LEN / 2) as usize).map(|i| (i % 253) as u8).collect();
+        let file = dir.path().join("out.cbf");
+        std::fs::write(&file, &data).unwrap();
+        for (key, part_len) in [("a.cbf", MIN_PART_LEN), ("b.cbf", 1), ("c.cbf", PART_LEN)] {
+            let location = ObjectPath::from(key);
+            let sent = upload_to("memory:///x", store.clone(), &location, &file, part_len, None).unwrap();
+            assert_eq!(sent, data.len() as u64);
+            let got = rt.block_on(async { store.get(&location).await?.bytes().await }).unwrap();
+            assert!(got[..] == data[..], "{key} holds the file");
+        }
+        let location = ObjectPath::from("d.cbf");
+        let e = upload_to("memory:///d.cbf", store.clone(), &location, &file, MIN_PART_LEN, Some(|| true)).unwrap_err();
+        let crate::ErrorKind::Io { source, .. } = e.kind() else { panic!("not an I/O error: {e}") };
+        assert_eq!(source.kind(), std::io::ErrorKind::Interrupted);
+        let head = rt.block_on(store.head(&location));
+        assert!(matches!(head, Err(object_store::Error::NotFound { .. })), "{head:?}");
+    }
+
     #[test]
     fn a_missing_object_is_a_not_found_error_naming_the_url() {
         let (_, store, _) = object(10);
@@ -346,7 +510,29 @@ mod tests {
         assert!(e.to_string().contains("s3://b/missing.ctf"), "{e}");
         assert!(is_url(std::path::Path::new("S3://b/k")) && is_url(std::path::Path::new("https://h/p")));
         assert!(!is_url(std::path::Path::new("data/s3:/x")));
-        let e = Remote::open("gs://bucket/x.ctf").unwrap_err();
-        assert!(e.to_string().contains("gs:// paths are not supported"), "{e}");
+    }
+
+    /// Each scheme gets its store, and the key is the URL's path within the bucket.
+    #[test]
+    fn urls_name_their_store_and_key() {
+        let cases = [
+            ("s3://bucket/dir/a.cbf", "AmazonS3", "dir/a.cbf"),
+            ("s3a://bucket/a.cbf", "AmazonS3", "a.cbf"),
+            ("gs://bucket/dir/a b.cbf", "GoogleCloudStorage", "dir/a b.cbf"),
+            ("abfss://data@account.dfs.core.windows.net/dir/a.cbf", "MicrosoftAzure", "dir/a.cbf"),
+            ("https://example.com/files/a%20b.cbf", "HttpStore", "files/a b.cbf"),
+        ];
+        for (url, store, key) in cases {
+            let (s, location) = store_for(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert!(format!("{s}").starts_with(store), "{url}: {s}");
+            assert_eq!(location.as_ref(), key, "{url}");
+            assert!(is_url(std::path::Path::new(url)));
+        }
+        // az:// names a container only: the account comes from AZURE_STORAGE_ACCOUNT_NAME.
+        if std::env::var_os("AZURE_STORAGE_ACCOUNT_NAME").is_none() {
+            let e = store_for("az://container/a.cbf").expect_err("no account");
+            assert!(e.is_io() && e.to_string().contains("az://container/a.cbf"), "{e}");
+        }
+        assert!(store_for("s3://").is_err());
     }
 }

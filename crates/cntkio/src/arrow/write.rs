@@ -126,6 +126,8 @@ struct BatchWriter {
     pending: Vec<RecordBatch>,
     pending_rows: usize,
     summary: ConvertSummary,
+    /// Asked between the parts of an upload to an object store.
+    cancel: Option<fn() -> bool>,
 }
 
 impl BatchWriter {
@@ -155,6 +157,7 @@ impl BatchWriter {
             pending: Vec::new(),
             pending_rows: 0,
             summary: ConvertSummary::default(),
+            cancel: how.hooks.cancel,
         })
     }
 
@@ -231,7 +234,7 @@ impl BatchWriter {
             out.flush().map_err(|e| self.target.error(e))?;
         }
         self.summary.bytes_written = self.tmp.as_file().metadata().map(|m| m.len()).unwrap_or(0);
-        crate::output::persist(self.tmp, output)?;
+        crate::output::persist(self.tmp, output, self.cancel)?;
         Ok(self.summary)
     }
 }
@@ -451,7 +454,7 @@ pub fn arrow_to_cbf(
     progress: &mut dyn FnMut(u64),
 ) -> Result<ConvertSummary, Error> {
     let (f, len) = open_input(input, output)?;
-    let mut w = CbfWriter::with_temporary_hook(output, f.schema(), how.writer, how.hooks.on_temporary_file)?;
+    let mut w = CbfWriter::with_hooks(output, f.schema(), how.writer, how.hooks)?;
     // Batch by batch (about 16 MB of data each), encoded as they come: memory holds a batch and the CBF
     // chunk being filled, not a whole row group.
     let mut data = ChunkData::new(f.schema());

@@ -149,6 +149,8 @@ pub struct CbfWriter {
     /// What its write errors say.
     target: Target,
     tmp: Option<tempfile::NamedTempFile>,
+    /// Asked between the parts of an upload to an object store.
+    cancel: Option<fn() -> bool>,
     sink: Option<Sink>,
     options: CbfWriterOptions,
     streams: Vec<StreamHeader>,
@@ -201,21 +203,22 @@ impl CbfWriter {
         schema: &Schema,
         options: CbfWriterOptions,
     ) -> Result<CbfWriter, Error> {
-        CbfWriter::with_temporary_hook(path.as_ref(), schema, options, None)
+        CbfWriter::with_hooks(path.as_ref(), schema, options, crate::convert::Hooks::default())
     }
 
-    /// [`CbfWriter::with_options`], calling `on_temporary_file` with the temporary file's path right
-    /// before it is created (see [`Hooks::on_temporary_file`](crate::convert::Hooks::on_temporary_file)).
-    pub(crate) fn with_temporary_hook(
+    /// [`CbfWriter::with_options`] with a conversion's [`Hooks`](crate::convert::Hooks):
+    /// `on_temporary_file` is called with the temporary file's path right before it is created, and
+    /// `cancel` is asked between the parts of an upload to an object store.
+    pub(crate) fn with_hooks(
         path: &Path,
         schema: &Schema,
         options: CbfWriterOptions,
-        on_temporary_file: Option<fn(&Path)>,
+        hooks: crate::convert::Hooks,
     ) -> Result<CbfWriter, Error> {
         crate::compress::refuse_compressed_output(path, "CBF")?;
         let path = path.to_path_buf();
         let streams = schema.streams().iter().map(StreamHeader::from_spec).collect::<Result<Vec<_>, Error>>()?;
-        let tmp = crate::output::temporary_noted(&path, on_temporary_file)?;
+        let tmp = crate::output::temporary_noted(&path, hooks.on_temporary_file)?;
         let target = Target::new(&path, tmp.as_file());
         let mut sink = Sink::new(tmp.as_file(), tmp.path(), true, options.chunk_size).map_err(|e| target.error(e))?;
         let (spare_tx, spare_rx) = unbounded();
@@ -226,6 +229,7 @@ impl CbfWriter {
             path,
             target,
             tmp: Some(tmp),
+            cancel: hooks.cancel,
             sink: Some(sink),
             options,
             sections: streams.iter().map(|_| Vec::new()).collect(),
@@ -681,7 +685,7 @@ impl CbfWriter {
         let len = sink.finish().map_err(|e| self.target.error(e))?;
         let tmp = self.tmp.take().ok_or_else(finished)?;
         tmp.as_file().set_len(len).map_err(|e| self.target.error(e))?;
-        crate::output::persist(tmp, &self.path)?;
+        crate::output::persist(tmp, &self.path, self.cancel)?;
         self.summary.bytes = len;
         Ok(self.summary)
     }

@@ -1,15 +1,19 @@
-//! The index cache (`cacheIndex`): cntkio's own file beside the input (none for an object in an object
-//! store, whose index is built each time).
+//! The index cache (`cacheIndex`): cntkio's own file beside the input; for an object in an object store,
+//! in a local directory (see [`objects_cache_dir`]), named after the object's URL, and keyed on its ETag
+//! (an object whose store gives no ETag gets no cache and is indexed each time).
 //!
 //! **Format, version 3** (little-endian). Name: `<input>.cntkio-<hash>.idx`, `<hash>` = 8 hex digits of a
-//! CRC-32 of the options that shape the index (mode selection, main-stream alias). Content: magic
+//! CRC-32 of the options that shape the index (mode selection, main-stream alias); for an object,
+//! `<last part of its key>-<8 hex digits of a CRC-32 of its URL>.cntkio-<hash>.idx` in
+//! [`objects_cache_dir`]. Content: magic
 //! `CNTKIOIX`, `u32` version = 3, `u64` input length (decompressed, for a compressed input), `u8`
 //! compression (0 none, 1 gzip, 2 BGZF, 3 zstd, 4 seekable zstd), `u64` length of the file on disk,
 //! `i64` mtime seconds, `u32` mtime nanoseconds,
 //! `i64` ctime seconds, `i64` ctime nanoseconds, `u64` inode, `u64` device (the change time cannot be set
 //! back, so a file rewritten with its length and modification time restored is still told apart; zeros where
 //! the system has none), `u32` CRC-32 of a content sample of the input (its first and last 64 KiB and 64 bytes at 62 evenly
-//! spaced offsets), `u8` skipSequenceIds, `u8` mode (0 ids, 1 lines), `u32` alias length + alias bytes,
+//! spaced offsets; for an object, of its ETag instead: an object's modification time is its
+//! `Last-Modified`, and the change time, inode and device are zeros), `u8` skipSequenceIds, `u8` mode (0 ids, 1 lines), `u32` alias length + alias bytes,
 //! `u64` sequence count, then one 32-byte record per sequence (`u64` key, `u64` offset, `u32` length,
 //! `u32` declared samples, `u64` 0-based line), then a `u32` CRC-32 of everything before it. The cache is
 //! used only if every field matches the input and the options, and every record is consistent (offsets
@@ -36,12 +40,41 @@ pub fn cache_path(input: &Path, cfg: &IndexConfig) -> PathBuf {
     let mut h = crc32fast::Hasher::new();
     h.update(&[u8::from(cfg.skip_sequence_ids)]);
     h.update(cfg.main_alias.as_deref().unwrap_or("\u{0}").as_bytes());
+    let suffix = format!(".cntkio-{:08x}.idx", h.finalize());
+    if crate::remote::is_url(input) {
+        let url = input.to_string_lossy();
+        let last = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+        // Only characters that every file system takes, and a bounded length.
+        let last: String = last
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' })
+            .take(100)
+            .collect();
+        return objects_cache_dir().join(format!("{last}-{:08x}{suffix}", crc32fast::hash(url.as_bytes())));
+    }
     let mut name = input.as_os_str().to_owned();
-    name.push(format!(".cntkio-{:08x}.idx", h.finalize()));
+    name.push(suffix);
     PathBuf::from(name)
 }
 
+/// The variable naming the directory of the index caches of objects in object stores.
+pub const CACHE_DIR_VAR: &str = "CNTKIO_CACHE_DIR";
+
+/// The directory of the index caches of objects in object stores: `CNTKIO_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/cntkio`, else `$HOME/.cache/cntkio`, else `cntkio-cache` in the temporary directory.
+pub fn objects_cache_dir() -> PathBuf {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var(CACHE_DIR_VAR)
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("cntkio")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache").join("cntkio")))
+        .unwrap_or_else(|| std::env::temp_dir().join("cntkio-cache"))
+}
+
 fn content_sample(file: &InputFile) -> Result<u32, Error> {
+    if file.is_remote() {
+        // The ETag names the object's content: sampling it would fetch a block per sample.
+        return Ok(crc32fast::hash(file.etag().unwrap_or_default().as_bytes()));
+    }
     let len = file.len();
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 64 << 10];
@@ -96,12 +129,19 @@ pub(crate) fn load_or_build(
     cfg: &IndexConfig,
     threads: usize,
 ) -> Result<Result<CtfIndex, Error>, Error> {
-    if file.is_remote() {
-        // Nothing is written beside an object in an object store: its index is built by reading it.
-        log::debug!("no index cache for {}: it is in an object store", file.path().display());
-        return Ok(build_index(file, cfg, threads, &mut |_| {}));
-    }
     let path = cache_path(file.path(), cfg);
+    if file.is_remote() {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let no_cache = if file.etag().is_none() {
+            Some("its store gives no ETag".to_owned())
+        } else {
+            std::fs::create_dir_all(dir).err().map(|e| format!("cannot create {}: {e}", dir.display()))
+        };
+        if let Some(why) = no_cache {
+            log::debug!("no index cache for {}: {why}", file.path().display());
+            return Ok(build_index(file, cfg, threads, &mut |_| {}));
+        }
+    }
     match try_load(file, cfg, &path) {
         Ok(Some(index)) => {
             log::debug!("using the index cache {}", path.display());
@@ -142,7 +182,7 @@ pub fn write(file: &InputFile, cfg: &IndexConfig, index: &CtfIndex, path: &Path)
     let mut tmp = crate::output::temporary(path)?;
     let target = crate::output::Target::new(path, tmp.as_file());
     tmp.write_all(&v).map_err(|e| target.error(e))?;
-    crate::output::persist(tmp, path)
+    crate::output::persist(tmp, path, None)
 }
 
 fn try_load(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<CtfIndex>, Error> {
