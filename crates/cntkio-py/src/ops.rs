@@ -57,8 +57,8 @@ fn python_signal_raised() -> bool {
 }
 
 /// Runs a long pass without the GIL, a pass whose cancel hook is [`python_signal_raised`]: a signal
-/// handler's exception (Ctrl-C's `KeyboardInterrupt`) is raised in place of the pass's "interrupted"
-/// error; other errors go through `err`.
+/// handler's exception (Ctrl-C's `KeyboardInterrupt`) is raised in place of the pass's result ("interrupted"
+/// or, when it had finished, its output); other errors go through `err`.
 fn interruptible<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> Result<T, Error> + Send,
@@ -67,9 +67,11 @@ fn interruptible<T: Send>(
     STOPPED_BY.set(None);
     CHECKED.set(None);
     let r = py.detach(f);
+    // A signal handler that raised is never dropped, even when the pass had finished when it was asked to
+    // stop (the exception then comes as it would have right after the call).
     match (r, STOPPED_BY.take()) {
-        (Err(_), Some(raised)) => Err(raised),
-        (r, _) => r.map_err(err),
+        (_, Some(raised)) => Err(raised),
+        (r, None) => r.map_err(err),
     }
 }
 
