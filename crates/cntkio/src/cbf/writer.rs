@@ -709,7 +709,7 @@ struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        let data = std::mem::replace(&mut self.data, ChunkData::default());
+        let data = std::mem::take(&mut self.data);
         self.queued.fetch_add(self.bytes, Ordering::Relaxed);
         // The writer may be gone: the data are then freed.
         let _ = self.back.send((data, self.bytes));

@@ -437,8 +437,9 @@ fn bytes_per_row(row: &str, schema: &Schema, rows: usize) -> f64 {
 fn a_chunk_of_tiny_rows_costs_a_few_times_its_text() {
     let dense = Schema::new(vec![StreamSpec::new("a", 1, StorageFormat::Dense)]).unwrap();
     let per_row = bytes_per_row("|a 1\n", &dense, 100_000);
-    // 4 bytes of value and 8 of sequence offset, with the eighth more that `reserve_like` adds.
-    assert!(per_row <= 13.5 + 0.01 && per_row <= 3.0 * 5.0, "{per_row} bytes per row of 5");
+    // 4 bytes of value and 8 of sequence offset, with the eighth more that `reserve_like` adds: under 3
+    // times the text.
+    assert!(per_row <= 13.5 + 0.01, "{per_row} bytes per row of 5");
     let sparse = Schema::new(vec![StreamSpec::new("b", 10, StorageFormat::Sparse)]).unwrap();
     let per_row = bytes_per_row("|b 3:1\n", &sparse, 100_000);
     // Value, index, sample offset, sequence offset.
