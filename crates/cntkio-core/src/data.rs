@@ -235,7 +235,15 @@ impl<T: Entry> Column<T> {
             "range {range:?} out of a column of {}",
             self.len()
         );
-        range.map(move |i| self.get(i))
+        match &self.repr {
+            Repr::Run { first, .. } => ColumnValues::Run {
+                next: first.wrapping_add((range.start as u64).wrapping_mul(self.step)),
+                step: self.step,
+                left: range.len(),
+                entry: std::marker::PhantomData,
+            },
+            Repr::List(v) => ColumnValues::List(v[range].iter()),
+        }
     }
     /// The values as one slice when they are kept in a list, `None` while they are a progression.
     pub fn as_slice(&self) -> Option<&[T]> {
@@ -252,21 +260,29 @@ impl<T: Entry> Column<T> {
     #[inline]
     pub fn push(&mut self, x: T) {
         match &mut self.repr {
-            Repr::Run { first, len } => {
-                if *len == 0 {
-                    *first = x.wide();
-                    *len = 1;
-                } else if (*len as u64).checked_mul(self.step).and_then(|d| first.checked_add(d)) == Some(x.wide()) {
-                    *len += 1;
-                } else {
-                    let mut v = Vec::with_capacity(*len + 1);
-                    v.extend(self.iter());
-                    v.push(x);
-                    self.repr = Repr::List(v);
-                }
+            // The next of the progression, modulo 2^64 as `get` computes it: a key after u64::MAX
+            // continues a progression from 0, and is given back as it came.
+            Repr::Run { first, len }
+                if *len > 0 && first.wrapping_add((*len as u64).wrapping_mul(self.step)) == x.wide() =>
+            {
+                *len += 1
             }
             Repr::List(v) => v.push(x),
+            _ => self.push_first_or_break(x),
         }
+    }
+    /// [`push`](Self::push) of the first value of a progression, or of one that ends it.
+    #[cold]
+    #[inline(never)]
+    fn push_first_or_break(&mut self, x: T) {
+        if let Repr::Run { first, len: len @ 0 } = &mut self.repr {
+            (*first, *len) = (x.wide(), 1);
+            return;
+        }
+        let mut v = Vec::with_capacity(self.len() + 1);
+        v.extend(self.iter());
+        v.push(x);
+        self.repr = Repr::List(v);
     }
     /// Adds `by` to every value (wrapping).
     pub fn shift(&mut self, by: T) {
@@ -316,10 +332,53 @@ impl<T: Entry> Column<T> {
     }
 }
 
+/// The values of (a range of) a [`Column`], in order: one iterator per representation, so that a loop over
+/// them does not look up each value apart.
+#[derive(Clone)]
+enum ColumnValues<'a, T> {
+    Run { next: u64, step: u64, left: usize, entry: std::marker::PhantomData<T> },
+    List(std::slice::Iter<'a, T>),
+}
+
+impl<T: Entry> Iterator for ColumnValues<'_, T> {
+    type Item = T;
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        match self {
+            ColumnValues::Run { next, step, left, .. } => {
+                if *left == 0 {
+                    return None;
+                }
+                let x = T::narrow(*next);
+                (*next, *left) = (next.wrapping_add(*step), *left - 1);
+                Some(x)
+            }
+            ColumnValues::List(it) => it.next().copied(),
+        }
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = match self {
+            ColumnValues::Run { left, .. } => *left,
+            ColumnValues::List(it) => it.len(),
+        };
+        (n, Some(n))
+    }
+}
+
+impl<T: Entry> ExactSizeIterator for ColumnValues<'_, T> {}
+
 impl<T: Entry> Extend<T> for Column<T> {
     fn extend<I: IntoIterator<Item = T>>(&mut self, iter: I) {
-        for x in iter {
-            self.push(x);
+        let mut iter = iter.into_iter();
+        // Value by value while a progression; once a list, the rest at once.
+        while let Repr::Run { .. } = self.repr {
+            match iter.next() {
+                Some(x) => self.push(x),
+                None => return,
+            }
+        }
+        if let Repr::List(v) = &mut self.repr {
+            v.extend(iter);
         }
     }
 }
@@ -661,9 +720,14 @@ mod tests {
         let run: Keys = (11..1011).collect();
         keys.truncate(1000);
         assert_eq!(keys, run);
-        // A key past u64::MAX is not the next of a progression.
-        let mut top: Keys = [u64::MAX, 0].into_iter().collect();
-        assert_eq!((top.to_vec(), top.as_slice().is_some()), (vec![u64::MAX, 0], true));
+        // Keys across u64::MAX.
+        let mut top: Keys = [u64::MAX - 1, u64::MAX, 0, 1].into_iter().collect();
+        assert_eq!(
+            (top.to_vec(), top.range(1..3).collect::<Vec<_>>()),
+            (vec![u64::MAX - 1, u64::MAX, 0, 1], vec![u64::MAX, 0])
+        );
+        top.push(7);
+        assert_eq!(top.to_vec(), [u64::MAX - 1, u64::MAX, 0, 1, 7]);
         top.clear();
         assert_eq!((top.len(), top.as_slice()), (0, Some([].as_slice())), "a list stays a list");
         // A minibatch's columns are lists from the start, even of consecutive keys.
