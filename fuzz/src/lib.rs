@@ -239,7 +239,7 @@ type Samples = Vec<Vec<(usize, u64)>>;
 fn sequences(chunks: &[ChunkData]) -> Vec<(u32, Vec<Samples>)> {
     let mut out = Vec::new();
     for c in chunks {
-        for (s, &n) in c.num_samples.iter().enumerate() {
+        for (s, n) in c.num_samples.iter().enumerate() {
             let streams = c
                 .streams
                 .iter()

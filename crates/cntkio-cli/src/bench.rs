@@ -84,7 +84,7 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
                 &ScanOptions { threads, ..ScanOptions::default() },
                 |p| {
                     sq += p.data.num_sequences() as u64;
-                    sm += p.data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+                    sm += p.data.num_samples.iter().map(u64::from).sum::<u64>();
                     vl += p.data.streams.iter().map(|d| d.num_values() as u64).sum::<u64>();
                     Ok(ControlFlow::Continue(()))
                 },

@@ -78,7 +78,7 @@ pub fn bench(path: &Path, mmap: bool, threads: usize, repeat: usize) -> Result<B
                                 return Ok((bytes, samples));
                             }
                             f.read_chunk_into(k, buf, data)?;
-                            samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+                            samples += data.num_samples.iter().map(u64::from).sum::<u64>();
                             for st in &data.streams {
                                 bytes += (st.values.len() * st.values.element_type().size_bytes()) as u64;
                                 bytes += (st.sequence_offsets.len() * 8) as u64;

@@ -124,7 +124,7 @@ pub fn push_dump_records(out: &mut Vec<u8>, schema: &Schema, data: &ChunkData, c
         .collect();
     for seq in 0..count.min(data.num_sequences()) {
         out.extend_from_slice(b"{\"key\":");
-        out.extend_from_slice(data.keys[seq].to_string().as_bytes());
+        out.extend_from_slice(data.keys.get(seq).to_string().as_bytes());
         out.extend_from_slice(b",\"streams\":{");
         for (i, name) in names.iter().enumerate() {
             if i > 0 {

@@ -303,7 +303,7 @@ fn records_of(data: &ChunkData, names: &[String], out: &mut Vec<Record>) {
                 .collect();
             streams.push((name.clone(), samples));
         }
-        out.push(Record { key: data.keys[q], streams });
+        out.push(Record { key: data.keys.get(q), streams });
     }
 }
 

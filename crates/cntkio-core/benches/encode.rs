@@ -53,7 +53,11 @@ fn benches(c: &mut Criterion) {
         })
     });
     // The check the writer makes of every parsed chunk before taking it (the labels stream beside).
-    let mut chunk = ChunkData { keys: (0..rows as u64).collect(), num_samples: vec![1; rows], streams: vec![d] };
+    let mut chunk = ChunkData {
+        keys: (0..rows as u64).collect(),
+        num_samples: std::iter::repeat_n(1, rows).collect(),
+        streams: vec![d],
+    };
     let mut labels = sparse_rows(rows);
     labels.dim = 100_000;
     chunk.streams.push(labels);

@@ -95,6 +95,334 @@ impl Values {
     }
 }
 
+/// The integers a [`Column`] holds: keys (`u64`) and declared lengths (`u32`).
+pub trait Entry: Copy + PartialEq + std::fmt::Debug + private::Sealed {
+    /// The value widened to `u64`.
+    fn wide(self) -> u64;
+    /// A value given widened; only values that [`wide`](Entry::wide) made are given back.
+    fn narrow(v: u64) -> Self;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
+}
+
+impl Entry for u64 {
+    fn wide(self) -> u64 {
+        self
+    }
+    fn narrow(v: u64) -> u64 {
+        v
+    }
+}
+
+impl Entry for u32 {
+    fn wide(self) -> u64 {
+        u64::from(self)
+    }
+    fn narrow(v: u64) -> u32 {
+        v as u32
+    }
+}
+
+/// One number per sequence (its key, its declared length), stored as a progression — `len` values
+/// `first`, `first + step`, … — while the values follow it, and as a list from the first value that does
+/// not. A chunk of a line-mode file has consecutive keys and, for rows of one sample, lengths that are all
+/// 1: it then stores no number per sequence at all, where a list would take 12 bytes per sequence, more
+/// than twice the text of a row like `|a 1`.
+#[derive(Clone)]
+pub struct Column<T> {
+    /// The progression's step: 1 for keys, 0 for lengths.
+    step: u64,
+    repr: Repr<T>,
+}
+
+#[derive(Clone)]
+enum Repr<T> {
+    /// `len` values `first + i × step`.
+    Run {
+        first: u64,
+        len: usize,
+    },
+    List(Vec<T>),
+}
+
+/// Sequence keys: consecutive keys are stored as the first and the count.
+pub type Keys = Column<u64>;
+/// Declared sequence lengths (samples): equal lengths are stored as the length and the count.
+pub type Lengths = Column<u32>;
+
+impl Keys {
+    /// No keys; consecutive keys take no room.
+    pub fn new() -> Keys {
+        Column { step: 1, repr: Repr::Run { first: 0, len: 0 } }
+    }
+}
+
+impl Lengths {
+    /// No lengths; equal lengths take no room.
+    pub fn new() -> Lengths {
+        Column { step: 0, repr: Repr::Run { first: 0, len: 0 } }
+    }
+}
+
+impl FromIterator<u64> for Keys {
+    fn from_iter<I: IntoIterator<Item = u64>>(iter: I) -> Keys {
+        let mut c = Keys::new();
+        c.extend(iter);
+        c
+    }
+}
+
+impl FromIterator<u32> for Lengths {
+    fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> Lengths {
+        let mut c = Lengths::new();
+        c.extend(iter);
+        c
+    }
+}
+
+impl Default for Keys {
+    fn default() -> Keys {
+        Keys::new()
+    }
+}
+
+impl Default for Lengths {
+    fn default() -> Lengths {
+        Lengths::new()
+    }
+}
+
+impl<T: Entry> Column<T> {
+    /// The same kind of column, empty, that keeps its values in a list from the start: a minibatch's,
+    /// whose values are handed out as one array ([`as_slice`](Self::as_slice)).
+    pub fn listed(&self) -> Column<T> {
+        Column { step: self.step, repr: Repr::List(Vec::new()) }
+    }
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            Repr::Run { len, .. } => *len,
+            Repr::List(v) => v.len(),
+        }
+    }
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Value `i`; panics if `i >= len`, as indexing a slice does.
+    #[inline]
+    pub fn get(&self, i: usize) -> T {
+        match &self.repr {
+            Repr::Run { first, len } => {
+                assert!(i < *len, "index {i} out of range for a column of {len}");
+                T::narrow(first.wrapping_add((i as u64).wrapping_mul(self.step)))
+            }
+            Repr::List(v) => v[i],
+        }
+    }
+    /// The values in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = T> + Clone + '_ {
+        self.range(0..self.len())
+    }
+    /// Values `range`, in order; panics if the range goes past the end, as slicing does.
+    pub fn range(&self, range: std::ops::Range<usize>) -> impl ExactSizeIterator<Item = T> + Clone + '_ {
+        assert!(
+            range.start <= range.end && range.end <= self.len(),
+            "range {range:?} out of a column of {}",
+            self.len()
+        );
+        match &self.repr {
+            Repr::Run { first, .. } => ColumnValues::Run {
+                next: first.wrapping_add((range.start as u64).wrapping_mul(self.step)),
+                step: self.step,
+                left: range.len(),
+                entry: std::marker::PhantomData,
+            },
+            Repr::List(v) => ColumnValues::List(v[range].iter()),
+        }
+    }
+    /// The values as one slice when they are kept in a list, `None` while they are a progression.
+    pub fn as_slice(&self) -> Option<&[T]> {
+        match &self.repr {
+            Repr::Run { .. } => None,
+            Repr::List(v) => Some(v),
+        }
+    }
+    /// The values as a vector.
+    pub fn to_vec(&self) -> Vec<T> {
+        self.iter().collect()
+    }
+    /// Appends a value.
+    #[inline]
+    pub fn push(&mut self, x: T) {
+        match &mut self.repr {
+            // The next of the progression, modulo 2^64 as `get` computes it: a key after u64::MAX
+            // continues a progression from 0, and is given back as it came.
+            Repr::Run { first, len }
+                if *len > 0 && first.wrapping_add((*len as u64).wrapping_mul(self.step)) == x.wide() =>
+            {
+                *len += 1
+            }
+            Repr::List(v) => v.push(x),
+            _ => self.push_first_or_break(x),
+        }
+    }
+    /// [`push`](Self::push) of the first value of a progression, or of one that ends it.
+    #[cold]
+    #[inline(never)]
+    fn push_first_or_break(&mut self, x: T) {
+        if let Repr::Run { first, len: len @ 0 } = &mut self.repr {
+            (*first, *len) = (x.wide(), 1);
+            return;
+        }
+        let mut v = Vec::with_capacity(self.len() + 1);
+        v.extend(self.iter());
+        v.push(x);
+        self.repr = Repr::List(v);
+    }
+    /// Adds `by` to every value (wrapping).
+    pub fn shift(&mut self, by: T) {
+        match &mut self.repr {
+            Repr::Run { first, .. } => *first = T::narrow(first.wrapping_add(by.wide())).wide(),
+            Repr::List(v) => v.iter_mut().for_each(|x| *x = T::narrow(x.wide().wrapping_add(by.wide()))),
+        }
+    }
+    /// Drops every value from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        match &mut self.repr {
+            Repr::Run { len: n, .. } => *n = (*n).min(len),
+            Repr::List(v) => v.truncate(len),
+        }
+    }
+    /// Removes all values. A list keeps its allocation and stays a list.
+    pub fn clear(&mut self) {
+        self.truncate(0)
+    }
+    /// Number of values the list holds without reallocating (0 while a progression).
+    pub fn capacity(&self) -> usize {
+        self.as_list().map_or(0, Vec::capacity)
+    }
+    /// Room in the list for at least `additional` more values, with no more allocated than that; nothing
+    /// while a progression, which needs none.
+    pub fn reserve_exact(&mut self, additional: usize) {
+        if let Repr::List(v) = &mut self.repr {
+            v.reserve_exact(additional)
+        }
+    }
+    /// As [`reserve_exact`](Self::reserve_exact), but a request the allocator declines is ignored.
+    pub fn try_reserve(&mut self, additional: usize) {
+        if let Repr::List(v) = &mut self.repr {
+            let _ = v.try_reserve(additional);
+        }
+    }
+    /// The list, while the values are kept in one (its address and capacity, for pinning).
+    pub fn as_list(&self) -> Option<&Vec<T>> {
+        match &self.repr {
+            Repr::Run { .. } => None,
+            Repr::List(v) => Some(v),
+        }
+    }
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.capacity() * std::mem::size_of::<T>()
+    }
+}
+
+/// The values of (a range of) a [`Column`], in order: one iterator per representation, so that a loop over
+/// them does not look up each value apart.
+#[derive(Clone)]
+enum ColumnValues<'a, T> {
+    Run { next: u64, step: u64, left: usize, entry: std::marker::PhantomData<T> },
+    List(std::slice::Iter<'a, T>),
+}
+
+impl<T: Entry> Iterator for ColumnValues<'_, T> {
+    type Item = T;
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        match self {
+            ColumnValues::Run { next, step, left, .. } => {
+                if *left == 0 {
+                    return None;
+                }
+                let x = T::narrow(*next);
+                (*next, *left) = (next.wrapping_add(*step), *left - 1);
+                Some(x)
+            }
+            ColumnValues::List(it) => it.next().copied(),
+        }
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = match self {
+            ColumnValues::Run { left, .. } => *left,
+            ColumnValues::List(it) => it.len(),
+        };
+        (n, Some(n))
+    }
+}
+
+impl<T: Entry> ExactSizeIterator for ColumnValues<'_, T> {}
+
+impl<T: Entry> Extend<T> for Column<T> {
+    fn extend<I: IntoIterator<Item = T>>(&mut self, iter: I) {
+        let mut iter = iter.into_iter();
+        // Value by value while a progression; once a list, the rest at once.
+        while let Repr::Run { .. } = self.repr {
+            match iter.next() {
+                Some(x) => self.push(x),
+                None => return,
+            }
+        }
+        if let Repr::List(v) = &mut self.repr {
+            v.extend(iter);
+        }
+    }
+}
+
+impl<T: Entry> From<Column<T>> for Vec<T> {
+    fn from(c: Column<T>) -> Vec<T> {
+        match c.repr {
+            Repr::List(v) => v,
+            Repr::Run { .. } => c.to_vec(),
+        }
+    }
+}
+
+impl<T: Entry> PartialEq for Column<T> {
+    /// Equal values, however they are stored.
+    fn eq(&self, other: &Column<T>) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl<T: Entry, const N: usize> PartialEq<[T; N]> for Column<T> {
+    fn eq(&self, other: &[T; N]) -> bool {
+        self.len() == N && self.iter().eq(other.iter().copied())
+    }
+}
+
+impl<T: Entry> PartialEq<Vec<T>> for Column<T> {
+    fn eq(&self, other: &Vec<T>) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter().copied())
+    }
+}
+
+impl<T: Entry> PartialEq<Column<T>> for Vec<T> {
+    fn eq(&self, other: &Column<T>) -> bool {
+        other == self
+    }
+}
+
+impl<T: Entry> std::fmt::Debug for Column<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// One stream's data in a chunk: all samples of all sequences, sequence after sequence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamData {
@@ -186,12 +514,12 @@ impl StreamData {
 }
 
 /// A parsed chunk: its sequences and, per stream, their samples.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChunkData {
     /// Sequence keys, in chunk order.
-    pub keys: Vec<u64>,
+    pub keys: Keys,
     /// Each sequence's declared length in samples (what minibatch sizes count; CNTK's "number of samples").
-    pub num_samples: Vec<u32>,
+    pub num_samples: Lengths,
     /// One entry per schema stream, in schema order.
     pub streams: Vec<StreamData>,
 }
@@ -200,8 +528,8 @@ impl ChunkData {
     /// Empty chunk data for a schema.
     pub fn new(schema: &Schema) -> ChunkData {
         ChunkData {
-            keys: Vec::new(),
-            num_samples: Vec::new(),
+            keys: Keys::new(),
+            num_samples: Lengths::new(),
             streams: schema.streams().iter().map(|s| StreamData::new(s.format, s.dim, s.element_type)).collect(),
         }
     }
@@ -235,11 +563,14 @@ impl ChunkData {
     /// step copies what is there and touches fresh memory. Vectors already large enough are left alone;
     /// sizes of another schema are ignored.
     pub fn reserve_like(&mut self, like: &Sizes) {
+        // Room for `n` and an eighth more, beyond the `len` there are.
+        fn more(n: usize, len: usize) -> usize {
+            n.saturating_add(n / 8).saturating_sub(len)
+        }
         fn room<T>(v: &mut Vec<T>, n: usize) {
-            let want = n.saturating_add(n / 8);
             // A hint: if the allocator declines (an address space or overcommit limit), the vector grows
             // as it is filled instead of ending the process.
-            let _ = v.try_reserve(want.saturating_sub(v.len()));
+            let _ = v.try_reserve(more(n, v.len()));
         }
         // The vectors in the order `sizes` lists them: another schema lists another number of them.
         if like.0.len() != self.sizes().0.len() {
@@ -247,8 +578,9 @@ impl ChunkData {
         }
         let mut n = like.0.iter().copied();
         let mut next = || n.next().unwrap_or(0);
-        room(&mut self.keys, next());
-        room(&mut self.num_samples, next());
+        let (keys, lengths) = (next(), next());
+        self.keys.try_reserve(more(keys, self.keys.len()));
+        self.num_samples.try_reserve(more(lengths, self.num_samples.len()));
         for s in &mut self.streams {
             match &mut s.values {
                 Values::F32(v) => room(v, next()),
@@ -263,7 +595,7 @@ impl ChunkData {
     }
     /// Approximate heap size in bytes.
     pub fn heap_bytes(&self) -> usize {
-        let mut n = self.keys.capacity() * 8 + self.num_samples.capacity() * 4;
+        let mut n = self.keys.heap_bytes() + self.num_samples.heap_bytes();
         for s in &self.streams {
             n += s.sequence_offsets.capacity() * 8;
             n += match &s.values {
@@ -337,7 +669,8 @@ mod tests {
         let full = filled(&schema, 1000);
         let mut d = ChunkData::new(&schema);
         d.reserve_like(&full.sizes());
-        assert!(d.keys.capacity() >= 1125 && d.num_samples.capacity() >= 1125);
+        // Consecutive keys and equal lengths are progressions, which need no room.
+        assert_eq!((d.keys.capacity(), d.num_samples.capacity()), (0, 0));
         for (s, f) in d.streams.iter().zip(&full.streams) {
             assert!(s.sequence_offsets.capacity() >= f.sequence_offsets.len() * 9 / 8);
             let cap = match &s.values {
@@ -362,6 +695,47 @@ mod tests {
         fill(&mut d, 1000);
         assert_eq!((d.heap_bytes(), at(&d)), (before, ptr));
         assert_eq!(d, full);
+    }
+
+    #[test]
+    fn columns_are_progressions_until_a_value_breaks_them() {
+        let mut keys: Keys = (7..1007).collect();
+        let mut lengths: Lengths = std::iter::repeat_n(1, 1000).collect();
+        assert_eq!((keys.heap_bytes(), lengths.heap_bytes(), keys.as_slice()), (0, 0, None));
+        assert_eq!((keys.len(), keys.get(0), keys.get(999), lengths.get(500)), (1000, 7, 1006, 1));
+        assert_eq!(keys.range(10..13).collect::<Vec<_>>(), [17, 18, 19]);
+        keys.shift(3);
+        assert_eq!((keys.get(0), keys.get(999)), (10, 1009));
+        // A key that skips one, a length that differs: from there on a list, with the same values.
+        keys.push(2000);
+        lengths.push(2);
+        let want: Vec<u64> = (10..1010).chain([2000]).collect();
+        assert_eq!(keys, want);
+        assert_eq!(keys.as_slice(), Some(want.as_slice()));
+        assert_eq!(lengths.get(1000), 2);
+        assert!(keys.heap_bytes() >= 1001 * 8 && lengths.heap_bytes() >= 1001 * 4);
+        keys.shift(1);
+        assert_eq!((keys.get(0), keys.get(1000)), (11, 2001));
+        // Equal whether stored as a list or as a progression.
+        let run: Keys = (11..1011).collect();
+        keys.truncate(1000);
+        assert_eq!(keys, run);
+        // Keys across u64::MAX.
+        let mut top: Keys = [u64::MAX - 1, u64::MAX, 0, 1].into_iter().collect();
+        assert_eq!(
+            (top.to_vec(), top.range(1..3).collect::<Vec<_>>()),
+            (vec![u64::MAX - 1, u64::MAX, 0, 1], vec![u64::MAX, 0])
+        );
+        top.push(7);
+        assert_eq!(top.to_vec(), [u64::MAX - 1, u64::MAX, 0, 1, 7]);
+        top.clear();
+        assert_eq!((top.len(), top.as_slice()), (0, Some([].as_slice())), "a list stays a list");
+        // A minibatch's columns are lists from the start, even of consecutive keys.
+        let mut listed = run.listed();
+        listed.extend(run.iter());
+        assert_eq!((listed.as_slice().map(<[u64]>::len), &listed), (Some(1000), &run));
+        assert_eq!(Vec::from(listed), run.to_vec());
+        assert_eq!(format!("{:?}", lengths.range(998..1001).collect::<Lengths>()), "[1, 1, 2]");
     }
 
     #[test]

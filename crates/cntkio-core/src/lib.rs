@@ -38,6 +38,6 @@ pub mod internal {
     };
 }
 
-pub use data::{ChunkData, Layout, Sizes, StreamData, Values};
+pub use data::{ChunkData, Column, Entry, Keys, Layout, Lengths, Sizes, StreamData, Values};
 pub use error::{Category, Error, ErrorKind, Position, WarningKind};
 pub use schema::{ElementType, Schema, StorageFormat, StreamSpec};

@@ -8,8 +8,8 @@ use pyo3::types::{PyList, PyTuple};
 
 /// Appends `src`'s sequences to `dst` (same schema), rebasing the offsets.
 pub fn append(dst: &mut ChunkData, src: &ChunkData) {
-    dst.keys.extend_from_slice(&src.keys);
-    dst.num_samples.extend_from_slice(&src.num_samples);
+    dst.keys.extend(src.keys.iter());
+    dst.num_samples.extend(src.num_samples.iter());
     for (d, s) in dst.streams.iter_mut().zip(&src.streams) {
         let base = d.num_samples();
         d.sequence_offsets.extend(s.sequence_offsets[1..].iter().map(|&o| o + base));
@@ -80,5 +80,12 @@ pub fn chunk_to_py(py: Python<'_>, data: ChunkData) -> PyResult<Bound<'_, PyTupl
         };
         out.append(PyTuple::new(py, [values, offsets, indices, indptr])?)?;
     }
-    PyTuple::new(py, [keys.into_pyarray(py).into_any(), num_samples.into_pyarray(py).into_any(), out.into_any()])
+    PyTuple::new(
+        py,
+        [
+            Vec::from(keys).into_pyarray(py).into_any(),
+            Vec::from(num_samples).into_pyarray(py).into_any(),
+            out.into_any(),
+        ],
+    )
 }

@@ -13,9 +13,9 @@ use crate::arrays::indptr_to_py;
 use crate::errors::py_err;
 use crate::source::{bptt_to_py, Source};
 use cntkio::source::{Batch, BatchPool as NativePool, Feed as NativeFeed, FeedConfig, HostPin, Recycler, SourceState};
-use cntkio::{Error, Layout, Values};
+use cntkio::{Column, Entry, Error, Layout, Values};
 use numpy::ndarray::{ArrayView1, ArrayView2};
-use numpy::{PyArray1, PyArray2};
+use numpy::{IntoPyArray, PyArray1, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use std::ffi::{c_int, c_uint, c_void};
@@ -93,9 +93,21 @@ fn batch_to_py<'py>(py: Python<'py>, owner: &Bound<'py, BatchMemory>) -> PyResul
         };
         out.append(PyTuple::new(py, [values, offsets, indices, indptr])?)?;
     }
-    let keys = view(&b.data.keys, &[b.data.keys.len()], owner)?;
-    let lengths = view(&b.data.num_samples, &[b.data.num_samples.len()], owner)?;
+    let keys = column(py, &b.data.keys, owner)?;
+    let lengths = column(py, &b.data.num_samples, owner)?;
     PyTuple::new(py, [keys, lengths, out.into_any()])
+}
+
+/// A batch's keys or lengths: a view of its list (a batch keeps them in lists), else a copy.
+fn column<'py, T: numpy::Element + Entry>(
+    py: Python<'py>,
+    c: &Column<T>,
+    owner: &Bound<'py, BatchMemory>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match c.as_slice() {
+        Some(v) => view(v, &[v.len()], owner),
+        None => Ok(c.to_vec().into_pyarray(py).into_any()),
+    }
 }
 
 /// `cudaHostRegister` / `cudaHostUnregister` of the CUDA runtime the caller uses (PyTorch's), called

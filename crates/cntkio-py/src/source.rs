@@ -99,8 +99,8 @@ fn sizes(b: &Batch) -> Sizes {
 }
 
 fn reserve(b: &mut Batch, hint: &Sizes) {
-    b.data.keys.reserve(hint.sequences);
-    b.data.num_samples.reserve(hint.sequences);
+    b.data.keys.reserve_exact(hint.sequences);
+    b.data.num_samples.reserve_exact(hint.sequences);
     for (s, h) in b.data.streams.iter_mut().zip(&hint.streams) {
         match &mut s.values {
             Values::F32(v) => v.reserve(h[0]),
@@ -337,10 +337,8 @@ impl Source {
                     return Err(Error::option("limit", "cannot plan an infinite run without a limit"));
                 }
                 check_partition(rank, workers)?;
-                let skeleton: Arc<dyn Deserializer> = Arc::new(Skeleton {
-                    inner: self.deserializer.clone(),
-                    empty: Arc::new(ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() }),
-                });
+                let skeleton: Arc<dyn Deserializer> =
+                    Arc::new(Skeleton { inner: self.deserializer.clone(), empty: Arc::new(ChunkData::default()) });
                 // No planning thread: the counts are read from the enumerator after every minibatch.
                 let config = MinibatchConfig { workers, rank, frame_mode: false, threads: Some(0), ..config };
                 let counted = config.randomized() && config.balanced_workers;

@@ -394,7 +394,7 @@ pub(crate) fn chunks_to_ctf(
                         }
                     };
                     summary.sequences += data.num_sequences() as u64;
-                    summary.samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+                    summary.samples += data.num_samples.iter().map(u64::from).sum::<u64>();
                     let parts = parts(&data, TEXT_PART_VALUES);
                     if parts.is_empty() {
                         summary.chunks += 1;

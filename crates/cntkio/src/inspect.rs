@@ -362,7 +362,7 @@ pub fn inspect_cbf(path: &Path) -> Result<CbfReport, Error> {
     let mut chunks = Vec::with_capacity(f.chunk_count());
     for (k, c) in f.chunks().iter().enumerate() {
         f.read_chunk_into(k, &mut buf, &mut data)?;
-        for &n in &data.num_samples {
+        for n in data.num_samples.iter() {
             lengths.add(n);
         }
         counts.add(&data);
@@ -401,12 +401,12 @@ pub fn inspect_arrow(path: &Path) -> Result<ArrowReport, Error> {
     let mut data = ChunkData::new(schema);
     for k in 0..f.chunk_count() {
         f.read_chunk_into(k, &mut data)?;
-        for &n in &data.num_samples {
+        for n in data.num_samples.iter() {
             lengths.add(n);
         }
         counts.add(&data);
         chunks.push(ArrowChunk {
-            samples: data.num_samples.iter().map(|&x| u64::from(x)).sum(),
+            samples: data.num_samples.iter().map(u64::from).sum(),
             sequences: data.num_sequences() as u64,
         });
     }

@@ -2,7 +2,7 @@
 #![deny(missing_docs)]
 
 pub use cntkio_core::{
-    data::{ChunkData, Layout, StreamData, Values},
+    data::{ChunkData, Column, Entry, Keys, Layout, Lengths, StreamData, Values},
     error::{Category, Error, ErrorKind, Position, WarningKind},
     schema::{ElementType, Schema, StorageFormat, StreamSpec},
 };

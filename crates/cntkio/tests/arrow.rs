@@ -32,8 +32,8 @@ fn read_all(path: &Path) -> ChunkData {
 
 /// Appends `b`'s sequences to `a` (same schema).
 fn append(a: &mut ChunkData, b: &ChunkData) {
-    a.keys.extend_from_slice(&b.keys);
-    a.num_samples.extend_from_slice(&b.num_samples);
+    a.keys.extend(b.keys.iter());
+    a.num_samples.extend(b.num_samples.iter());
     for (x, y) in a.streams.iter_mut().zip(&b.streams) {
         let samples = x.num_samples();
         x.sequence_offsets.extend(y.sequence_offsets[1..].iter().map(|o| o + samples));

@@ -97,8 +97,8 @@ fn bits(v: &Values) -> (ElementType, Vec<u64>) {
 
 /// Appends `b`'s sequences to `a` (same layout).
 fn concat(a: &mut ChunkData, b: &ChunkData) {
-    a.keys.extend_from_slice(&b.keys);
-    a.num_samples.extend_from_slice(&b.num_samples);
+    a.keys.extend(b.keys.iter());
+    a.num_samples.extend(b.num_samples.iter());
     for (x, y) in a.streams.iter_mut().zip(&b.streams) {
         let s0 = *x.sequence_offsets.last().unwrap();
         x.sequence_offsets.extend(y.sequence_offsets[1..].iter().map(|o| o + s0));
@@ -150,7 +150,7 @@ fn real_bins_decode_to_their_ctf_twins_bit_exactly() {
             let d = f.read_chunk(0).unwrap();
             assert_same_data(&d, &ctf, name);
             assert_eq!(d.keys, (0..ctf.keys.len() as u64).collect::<Vec<_>>(), "{name}: keys are positions");
-            assert_eq!(f.header().num_samples(), ctf.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>());
+            assert_eq!(f.header().num_samples(), ctf.num_samples.iter().map(u64::from).sum::<u64>());
         }
     }
 }
@@ -241,7 +241,7 @@ fn simple_jagged_sequence_decodes_and_reencodes_identically() {
     for k in 0..f.chunk_count() {
         let d = f.read_chunk(k).unwrap();
         assert_eq!(d, g.read_chunk(k).unwrap(), "mmap and read differ in chunk {k}");
-        assert_eq!(d.keys[0], f.header().first_sequence(k).unwrap());
+        assert_eq!(d.keys.get(0), f.header().first_sequence(k).unwrap());
         // Decoding then encoding gives the chunk's bytes back.
         let mut enc = Vec::new();
         cbf::encode_chunk(&d, &mut enc).unwrap();
@@ -875,8 +875,8 @@ proptest! {
 fn split(d: &ChunkData, at: usize) -> (ChunkData, ChunkData) {
     let part = |r: std::ops::Range<usize>| {
         let mut out = ChunkData {
-            keys: d.keys[r.clone()].to_vec(),
-            num_samples: d.num_samples[r.clone()].to_vec(),
+            keys: d.keys.range(r.clone()).collect(),
+            num_samples: d.num_samples.range(r.clone()).collect(),
             streams: Vec::new(),
         };
         for s in &d.streams {

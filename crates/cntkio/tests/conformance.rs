@@ -565,7 +565,7 @@ impl Cbf {
             let l: Vec<SequenceInfo> = d
                 .num_samples
                 .iter()
-                .map(|&n| {
+                .map(|n| {
                     key += 1;
                     SequenceInfo { num_samples: n, key: key - 1 }
                 })

@@ -314,8 +314,8 @@ fn bits(v: &Values, i: usize) -> u64 {
 fn sequences_of(d: &ChunkData) -> Vec<SeqOut> {
     (0..d.keys.len())
         .map(|s| SeqOut {
-            key: d.keys[s],
-            ns: u64::from(d.num_samples[s]),
+            key: d.keys.get(s),
+            ns: u64::from(d.num_samples.get(s)),
             streams: d
                 .streams
                 .iter()

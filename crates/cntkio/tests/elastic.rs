@@ -63,7 +63,7 @@ fn read(src: &mut MinibatchSource, size: u64, limit: usize) -> Vec<Vec<u64>> {
     let mut out = Vec::new();
     while out.len() < limit {
         match src.next_minibatch(size).unwrap() {
-            Some(b) => out.push(b.data.keys),
+            Some(b) => out.push(b.data.keys.to_vec()),
             None => break,
         }
     }

@@ -79,7 +79,7 @@ fn drain(src: &mut MinibatchSource, mb: u64, limit: usize) -> Vec<Batch> {
 }
 
 fn keys(bs: &[Batch]) -> Vec<Vec<u64>> {
-    bs.iter().map(|b| b.data.keys.clone()).collect()
+    bs.iter().map(|b| b.data.keys.to_vec()).collect()
 }
 
 fn cfg(randomize: bool, window: Window, seed: u64, run_length: RunLength) -> MinibatchConfig {
@@ -320,7 +320,7 @@ fn cbf_chunks_of_equal_and_varying_lengths_match_their_ctf_twin() {
             }
             // Every sequence as the parsed data has it.
             for batch in a.iter().chain(&t) {
-                for (i, &key) in batch.data.keys.iter().enumerate() {
+                for (i, key) in batch.data.keys.iter().enumerate() {
                     for (st, d) in batch.data.streams.iter().enumerate() {
                         let mut want = cntkio::StreamData::new(d.format(), d.dim, d.values.element_type());
                         cntkio::source::SourceChunk::from_data(Arc::new(data.clone())).append_sequence(
@@ -412,7 +412,7 @@ fn canon(b: &Batch, index: u64, streams: &[StreamSpec]) -> Value {
         }
         st.insert(spec.name.clone(), Value::Array(seqs));
     }
-    json!({"mb": index, "sweep_end": b.end_of_sweep, "keys": b.data.keys, "lens": b.data.num_samples, "streams": st})
+    json!({"mb": index, "sweep_end": b.end_of_sweep, "keys": b.data.keys.to_vec(), "lens": b.data.num_samples.to_vec(), "streams": st})
 }
 
 /// What cntkio makes of a job: the oracle's result shape.
@@ -629,7 +629,7 @@ proptest! {
         // The values travel with their keys.
         for b in &bs {
             let d = &b.data.streams[0];
-            for (i, &k) in b.data.keys.iter().enumerate() {
+            for (i, k) in b.data.keys.iter().enumerate() {
                 for j in d.sequence_samples(i) {
                     prop_assert_eq!(d.values.get_f64(j as usize), k as f64);
                 }
@@ -892,7 +892,7 @@ fn cbf_records_are_checked_as_the_decoder_checks_them() {
             let mut got = Vec::new();
             let err = loop {
                 match s.next_minibatch(3) {
-                    Ok(Some(b)) => got.extend(b.data.keys),
+                    Ok(Some(b)) => got.extend(b.data.keys.iter()),
                     Ok(None) => panic!("no error"),
                     Err(e) => break e.to_string(),
                 }
@@ -961,7 +961,7 @@ fn bptt_model(d: &Arc<dyn Deserializer>, conf: &MinibatchConfig, mb: u64, tau: u
                         for i in 0..b.num_sequences() {
                             let data: Vec<Vec<Vec<f64>>> =
                                 (0..b.data.streams.len()).map(|st| dense_samples(&b, st, i)).collect();
-                            q.push_back((b.data.keys[i], data[0].len(), b.end_of_sweep, data));
+                            q.push_back((b.data.keys.get(i), data[0].len(), b.end_of_sweep, data));
                         }
                         done |= b.end_of_run;
                     }
@@ -1011,7 +1011,7 @@ fn bptt_actual(b: &Batch) -> Expected {
     let data =
         (0..ns).map(|st| (0..b.num_sequences()).flat_map(|i| dense_samples(b, st, i)).collect::<Vec<_>>()).collect();
     let l = b.bptt.as_ref().expect("a BPTT layout");
-    (b.data.keys.clone(), b.data.num_samples.clone(), l.fragments.clone(), data, b.end_of_sweep, b.end_of_run)
+    (b.data.keys.to_vec(), b.data.num_samples.to_vec(), l.fragments.clone(), data, b.end_of_sweep, b.end_of_run)
 }
 
 #[test]
@@ -1134,7 +1134,7 @@ fn bptt_new_minibatch_size_starts_new_rows() {
     assert_eq!(b.data.keys, [0, 1]);
     let b = s.next_minibatch(2).unwrap().unwrap();
     // The rest of 0 and 1 is dropped with the rows; one row now, starting with the next sequence.
-    assert_eq!((b.data.keys.clone(), b.bptt.as_ref().unwrap().rows), (vec![2], 1));
+    assert_eq!((b.data.keys.to_vec(), b.bptt.as_ref().unwrap().rows), (vec![2], 1));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1726,6 +1726,6 @@ trait ConcatKeys {
 
 impl ConcatKeys for Vec<Batch> {
     fn concat_keys(&self) -> Vec<u64> {
-        self.iter().flat_map(|b| b.data.keys.iter().copied()).collect()
+        self.iter().flat_map(|b| b.data.keys.iter()).collect()
     }
 }

@@ -1,7 +1,7 @@
 //! Chunk decoding: a chunk's bytes → [`ChunkData`], validating every record.
 
 use super::{le_u32, Header, StreamHeader};
-use crate::data::{ChunkData, Layout, StreamData, Values};
+use crate::data::{ChunkData, Keys, Layout, Lengths, StreamData, Values};
 use crate::error::{Error, ErrorKind};
 use crate::schema::{ElementType, StorageFormat};
 use std::ops::Range;
@@ -55,7 +55,7 @@ impl<'h> ChunkDecoder<'h> {
 
     /// Decodes the chunk's bytes (exactly [`ChunkDecoder::byte_range`]).
     pub fn decode(&self, bytes: &[u8]) -> Result<ChunkData, Error> {
-        let mut out = ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() };
+        let mut out = ChunkData { keys: Keys::new(), num_samples: Lengths::new(), streams: Vec::new() };
         self.decode_into(bytes, &mut out)?;
         Ok(out)
     }
@@ -87,7 +87,7 @@ impl<'h> ChunkDecoder<'h> {
         // Header::parse checked that the meta counts fit in the chunk.
         let meta = d.take(4 * s_count).ok_or_else(|| d.past_end("meta counts", 4 * s_count as u64, None))?;
         out.num_samples.extend(meta.chunks_exact(4).map(le_u32));
-        let meta_total = out.num_samples.iter().map(|&n| u64::from(n)).sum();
+        let meta_total = out.num_samples.iter().map(u64::from).sum();
         out.keys.extend(self.first_key..self.first_key + s_count as u64);
         for (sh, data) in self.header.streams().iter().zip(out.streams.iter_mut()) {
             data.sequence_offsets.reserve(s_count);

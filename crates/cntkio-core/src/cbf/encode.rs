@@ -415,7 +415,7 @@ pub fn encode_chunk(data: &ChunkData, out: &mut Vec<u8>) -> Result<(), Error> {
         }
     }
     out.reserve(usize::try_from(total).map_err(|_| Error::limit("chunk size in bytes", total, usize::MAX as u64))?);
-    put_u32s(out, &data.num_samples);
+    put_u32s(out, data.num_samples.iter());
     for d in &data.streams {
         for s in 0..n {
             if let Err(e) = encode_record(d, s, out) {
@@ -444,7 +444,7 @@ pub fn encode_file(streams: &[StreamHeader], chunks: &[ChunkData]) -> Result<Vec
         }
         let offset = out.len() as u64;
         encode_chunk(c, &mut out)?;
-        let samples: u64 = c.num_samples.iter().map(|&x| u64::from(x)).sum();
+        let samples: u64 = c.num_samples.iter().map(u64::from).sum();
         table.push(ChunkEntry {
             offset,
             num_sequences: u32::try_from(c.num_sequences()).map_err(|_| {
@@ -461,7 +461,7 @@ pub fn encode_file(streams: &[StreamHeader], chunks: &[ChunkData]) -> Result<Vec
 }
 
 #[inline]
-pub(crate) fn put_u32s(out: &mut Vec<u8>, v: &[u32]) {
+pub(crate) fn put_u32s(out: &mut Vec<u8>, v: impl ExactSizeIterator<Item = u32>) {
     let start = out.len();
     out.resize(start + 4 * v.len(), 0);
     for (dst, x) in out[start..].chunks_exact_mut(4).zip(v) {

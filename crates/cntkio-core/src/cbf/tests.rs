@@ -131,7 +131,7 @@ fn check_chunk_fast_agrees_with_check_sequence_on_sparse_indices() {
     for case in 0..2000 {
         let dim = dims[case % dims.len()];
         let mut d = StreamData::new(StorageFormat::Sparse, dim, ElementType::F32);
-        let mut data = ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() };
+        let mut data = ChunkData::default();
         let seqs = 1 + rnd(4) as usize;
         let mut bad = false;
         if let (Layout::Sparse { indices, sample_offsets }, Values::F32(v)) = (&mut d.layout, &mut d.values) {

@@ -462,13 +462,13 @@ impl CtfWriter {
             }
         }
         let mut ranges = vec![(0u64, 0u64); specs.len()];
-        let keys = data.keys.get(seqs.clone()).ok_or_else(|| {
-            Error::new(ErrorKind::SequenceOutOfRange {
+        if seqs.start > seqs.end || seqs.end > data.keys.len() {
+            return Err(Error::new(ErrorKind::SequenceOutOfRange {
                 sequence: seqs.end.saturating_sub(1) as u64,
                 num_sequences: data.keys.len() as u64,
-            })
-        })?;
-        for (s, &key) in seqs.zip(keys) {
+            }));
+        }
+        for (s, key) in seqs.clone().zip(data.keys.range(seqs)) {
             if self.last_key == Some(key) {
                 return Err(Error::chunk_data(
                     Some(s),
@@ -702,14 +702,14 @@ mod tests {
 
         // Two sequences with one key would merge.
         let mut dup = good.clone();
-        dup.keys[1] = 4;
+        dup.keys = good.keys.iter().enumerate().map(|(i, k)| if i == 1 { 4 } else { k }).collect();
         assert!(write_chunk(&dup, &schema, &mut Vec::new()).is_err());
         let mut w = CtfWriter::new(&schema);
         w.write_chunk(&good, &mut Vec::new()).unwrap();
         assert!(w.write_chunk(&good, &mut Vec::new()).is_ok(), "key 5 then 4 is fine");
         let mut w2 = CtfWriter::new(&schema);
         let mut tail = good.clone();
-        tail.keys = vec![5, 6];
+        tail.keys = [5, 6].into_iter().collect();
         w2.write_chunk(&good, &mut Vec::new()).unwrap();
         assert!(w2.write_chunk(&tail, &mut Vec::new()).is_err(), "key 5 right after key 5");
 

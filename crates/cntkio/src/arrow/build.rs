@@ -92,15 +92,15 @@ fn samples_array(d: StreamData, name: &str) -> Result<ArrayRef, Error> {
 /// Checks that every sequence of `data` has one sample of each stream and declares one sample.
 pub(super) fn check_flat(data: &ChunkData, mapping: &Mapping) -> Result<(), Error> {
     let n = data.num_sequences();
-    for (i, &len) in data.num_samples.iter().enumerate() {
+    for (i, len) in data.num_samples.iter().enumerate() {
         if len != 1 {
-            return Err(not_flat(data.keys[i], "declares", u64::from(len), None));
+            return Err(not_flat(data.keys.get(i), "declares", u64::from(len), None));
         }
     }
     for (d, s) in data.streams.iter().zip(mapping.schema.streams()) {
         if d.num_samples() != n as u64 {
             let i = (0..n).find(|&i| d.sequence_len(i) != 1).unwrap_or(0);
-            return Err(not_flat(data.keys.get(i).copied().unwrap_or(0), "has", d.sequence_len(i), Some(&s.name)));
+            return Err(not_flat(if i < n { data.keys.get(i) } else { 0 }, "has", d.sequence_len(i), Some(&s.name)));
         }
     }
     Ok(())
@@ -124,9 +124,10 @@ pub(super) fn record_batch(data: ChunkData, mapping: &Mapping, schema: &SchemaRe
         return Err(Error::chunk_data(None, "keys, lengths and streams do not match the mapping"));
     }
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-    columns.push(Arc::new(PrimitiveArray::<UInt64Type>::new(ScalarBuffer::from(data.keys), None)));
+    columns.push(Arc::new(PrimitiveArray::<UInt64Type>::new(ScalarBuffer::from(Vec::from(data.keys)), None)));
     if mapping.rows == Rows::Sequences {
-        columns.push(Arc::new(PrimitiveArray::<UInt32Type>::new(ScalarBuffer::from(data.num_samples), None)));
+        columns
+            .push(Arc::new(PrimitiveArray::<UInt32Type>::new(ScalarBuffer::from(Vec::from(data.num_samples)), None)));
     }
     for (d, s) in data.streams.into_iter().zip(mapping.schema.streams()) {
         if d.num_sequences() != n {

@@ -123,14 +123,14 @@ pub(super) fn append_batch(batch: &RecordBatch, mapping: &Mapping, out: &mut Chu
         .as_primitive_opt::<UInt64Type>()
         .ok_or_else(|| column_error(super::KEY_COLUMN, "uint64", cols[0].data_type().to_string()))?;
     no_nulls(keys, super::KEY_COLUMN)?;
-    out.keys.extend_from_slice(keys.values());
+    out.keys.extend(keys.values().iter().copied());
     match mapping.rows {
         Rows::Sequences => {
             let lens = cols[1]
                 .as_primitive_opt::<UInt32Type>()
                 .ok_or_else(|| column_error(super::NUM_SAMPLES_COLUMN, "uint32", cols[1].data_type().to_string()))?;
             no_nulls(lens, super::NUM_SAMPLES_COLUMN)?;
-            out.num_samples.extend_from_slice(lens.values());
+            out.num_samples.extend(lens.values().iter().copied());
         }
         Rows::Samples => out.num_samples.extend(std::iter::repeat_n(1, n)),
     }

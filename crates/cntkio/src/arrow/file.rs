@@ -402,7 +402,7 @@ impl Deserializer for ArrowSource {
         // The sequences must be those the source announced (a file changed since it was opened is not).
         let c = chunk as usize;
         let announced = &self.sequences[self.offsets[c]..self.offsets[c + 1]];
-        if d.num_sequences() != announced.len() || d.keys.iter().zip(announced).any(|(&k, s)| k != s.key) {
+        if d.num_sequences() != announced.len() || d.keys.iter().zip(announced).any(|(k, s)| k != s.key) {
             return Err(format_error(format!("chunk {c} changed since the file was opened"))
                 .with_path(self.file.path().display().to_string()));
         }

@@ -41,7 +41,7 @@
 //!
 //! let f = ArrowFile::open(&parquet).unwrap();
 //! let data = f.read_chunk(0).unwrap();
-//! assert_eq!((data.keys.as_slice(), data.num_samples.as_slice()), ([0, 7].as_slice(), [2, 1].as_slice()));
+//! assert_eq!((data.keys.to_vec(), data.num_samples.to_vec()), (vec![0, 7], vec![2, 1]));
 //! assert_eq!(f.schema().streams()[1].dim, 4);
 //! ```
 

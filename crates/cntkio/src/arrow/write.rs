@@ -163,7 +163,7 @@ impl BatchWriter {
 
     fn write(&mut self, data: ChunkData) -> Result<(), Error> {
         self.summary.sequences += data.num_sequences() as u64;
-        self.summary.samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+        self.summary.samples += data.num_samples.iter().map(u64::from).sum::<u64>();
         let batch = build::record_batch(data, &self.mapping, &self.schema)?;
         match &mut self.encoder {
             Encoder::Parquet(w) => {

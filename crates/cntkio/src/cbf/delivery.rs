@@ -38,14 +38,14 @@ impl Delivery {
             }
             let empty = data.streams.iter().position(|d| d.sequence_samples(s).is_empty());
             if let Some(i) = empty {
-                let key = data.keys[s];
+                let key = data.keys.get(s);
                 let stream = self.streams.get(i).cloned().unwrap_or_default();
                 return (
                     s,
                     Some(Error::new(ErrorKind::EmptySequenceStream { sequence: key, stream }).with_sequence(key)),
                 );
             }
-            self.delivered += u64::from(data.num_samples[s]);
+            self.delivered += u64::from(data.num_samples.get(s));
         }
         (data.num_sequences(), None)
     }

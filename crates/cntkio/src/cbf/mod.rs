@@ -172,7 +172,7 @@ impl CbfFile {
 
     /// Reads and decodes chunk `k`, with each stream in the file's element type.
     pub fn read_chunk(&self, k: usize) -> Result<ChunkData, Error> {
-        let mut out = ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() };
+        let mut out = ChunkData::default();
         self.read_chunk_into(k, &mut Vec::new(), &mut out)?;
         Ok(out)
     }

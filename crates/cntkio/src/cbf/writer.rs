@@ -477,7 +477,7 @@ impl CbfWriter {
             let (start, mut bytes, mut samples, mut count) =
                 (s, self.pending_bytes, self.pending_samples, self.meta.len());
             while s < r.end && sizes[s - r.start] != EMPTY {
-                let (b, m) = (sizes[s - r.start], u64::from(data.num_samples[s]));
+                let (b, m) = (sizes[s - r.start], u64::from(data.num_samples.get(s)));
                 if self.closes_before((count, samples, bytes), m, b) {
                     break;
                 }
@@ -487,7 +487,7 @@ impl CbfWriter {
                 if let Err(e) = self.encode_run(data, start..s, deferred) {
                     break Err(e);
                 }
-                self.meta.extend_from_slice(&data.num_samples[start..s]);
+                self.meta.extend(data.num_samples.range(start..s));
                 (self.pending_bytes, self.pending_samples) = (bytes, samples);
             }
             if s < r.end && sizes[s - r.start] != EMPTY {
@@ -513,7 +513,7 @@ impl CbfWriter {
 
     /// Decides about sequence `s` of `data`: its meta count and size, or drop it.
     fn accept(&self, data: &ChunkData, s: usize, valid: bool) -> Result<Accept, Error> {
-        let key = data.keys[s];
+        let key = data.keys.get(s);
         stream_lens(data, s).map_err(|e| e.with_sequence(key))?;
         let lens = || data.streams.iter().map(move |d| d.sequence_len(s));
         if has_empty(data, s) {
@@ -532,7 +532,7 @@ impl CbfWriter {
             check_sequence(data, s).map_err(|e| e.with_sequence(key))?
         };
         let meta = match self.options.meta_counts {
-            MetaCounts::Declared => data.num_samples[s],
+            MetaCounts::Declared => data.num_samples.get(s),
             MetaCounts::MaxOverStreams => {
                 let m = lens().max().unwrap_or(0);
                 u32::try_from(m).map_err(|_| {
@@ -713,10 +713,7 @@ struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        let data = std::mem::replace(
-            &mut self.data,
-            ChunkData { keys: Vec::new(), num_samples: Vec::new(), streams: Vec::new() },
-        );
+        let data = std::mem::take(&mut self.data);
         self.queued.fetch_add(self.bytes, Ordering::Relaxed);
         // The writer may be gone: the data are then freed.
         let _ = self.back.send((data, self.bytes));

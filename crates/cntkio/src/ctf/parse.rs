@@ -53,9 +53,7 @@ impl ParsedChunk {
         for s in &mut self.desc.sequences {
             s.key += by;
         }
-        for k in &mut self.data.keys {
-            *k += by;
-        }
+        self.data.keys.shift(by);
         let tallied = self.tally.errors.iter_mut().chain(self.tally.drop_causes.iter_mut()).map(|(e, _)| e);
         for e in self.errors.iter_mut().chain(tallied).chain(self.fatal.as_mut()) {
             e.shift_lines(by);

@@ -4,7 +4,7 @@
 use super::chunk::{self, SourceChunk};
 use super::BpttLayout;
 use crate::randomize::Pick;
-use crate::{ChunkData, Layout, StreamData, StreamSpec, Values};
+use crate::{ChunkData, Keys, Layout, Lengths, StreamData, StreamSpec, Values};
 use std::sync::Arc;
 
 /// One minibatch for this worker.
@@ -28,8 +28,9 @@ impl Batch {
     pub fn new(streams: &[StreamSpec]) -> Batch {
         Batch {
             data: ChunkData {
-                keys: Vec::new(),
-                num_samples: Vec::new(),
+                // Lists from the start: a batch's keys and lengths are handed out as arrays.
+                keys: Keys::new().listed(),
+                num_samples: Lengths::new().listed(),
                 streams: streams.iter().map(|s| StreamData::new(s.format, s.dim, s.element_type)).collect(),
             },
             end_of_sweep: false,
@@ -43,7 +44,7 @@ impl Batch {
     }
     /// Σ of the declared lengths (what the minibatch size counts).
     pub fn num_declared_samples(&self) -> u64 {
-        self.data.num_samples.iter().map(|&n| u64::from(n)).sum()
+        self.data.num_samples.iter().map(u64::from).sum()
     }
 }
 
@@ -146,7 +147,7 @@ impl PlannedBatch {
             Planned::Empty { .. } => BatchSizes::default(),
             Planned::Ready(b, _) => BatchSizes {
                 sequences: b.num_sequences(),
-                declared: b.data.num_samples.iter().map(|&n| n as usize).sum(),
+                declared: b.data.num_samples.iter().map(|n| n as usize).sum(),
                 streams: b.data.streams.iter().map(|s| (s.values.len(), s.num_samples() as usize)).collect(),
             },
             Planned::Copy(p) => {

@@ -89,7 +89,9 @@ impl Pinning {
         fn of<T>(v: &Vec<T>) -> (usize, usize) {
             (v.as_ptr() as usize, v.capacity() * std::mem::size_of::<T>())
         }
-        let mut out = vec![of(&b.data.keys), of(&b.data.num_samples)];
+        // A batch's keys and lengths are lists (`Batch::new`).
+        let mut out: Vec<(usize, usize)> =
+            [b.data.keys.as_list().map(of), b.data.num_samples.as_list().map(of)].into_iter().flatten().collect();
         for s in &b.data.streams {
             out.push(match &s.values {
                 crate::Values::F32(v) => of(v),
@@ -620,8 +622,8 @@ mod tests {
     fn concat(streams: &[StreamSpec], batches: &[Batch]) -> Batch {
         let mut out = Batch::new(streams);
         for b in batches {
-            out.data.keys.extend_from_slice(&b.data.keys);
-            out.data.num_samples.extend_from_slice(&b.data.num_samples);
+            out.data.keys.extend(b.data.keys.iter());
+            out.data.num_samples.extend(b.data.num_samples.iter());
             for (d, s) in out.data.streams.iter_mut().zip(&b.data.streams) {
                 for i in 0..s.num_sequences() {
                     crate::source::append_sequence(d, s, i);

@@ -390,7 +390,7 @@ pub fn validate_ctf(
                 return Err(f.clone());
             }
             r.sequences += p.data.num_sequences() as u64;
-            r.samples += p.data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+            r.samples += p.data.num_samples.iter().map(u64::from).sum::<u64>();
             for (t, d) in r.stream_samples.iter_mut().zip(&p.data.streams) {
                 *t += d.num_samples();
             }
@@ -506,18 +506,18 @@ fn check_cbf(
                         format!(
                             "chunk {k}, sequence {}: stream \"{}\" has no sample; CNTK fails on such sequences \
                              (\"Sequences must be a least one frame long\")",
-                            data.keys[q],
+                            data.keys.get(q),
                             f.streams()[si].name
                         ),
                         Some(c.offset),
-                        Some(data.keys[q]),
+                        Some(data.keys.get(q)),
                     ));
                 }
             }
         }
         r.dropped += empty.iter().filter(|&&e| e).count() as u64;
         r.sequences += data.num_sequences() as u64;
-        r.samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+        r.samples += data.num_samples.iter().map(u64::from).sum::<u64>();
         progress(c.offset);
     }
     Ok(())
@@ -559,7 +559,7 @@ pub fn validate_arrow(path: &Path, vo: &ValidateOptions, progress: &mut dyn FnMu
             crate::check_cancel(vo.cancel)?;
             f.read_chunk_into(k, &mut data)?;
             r.sequences += data.num_sequences() as u64;
-            r.samples += data.num_samples.iter().map(|&n| u64::from(n)).sum::<u64>();
+            r.samples += data.num_samples.iter().map(u64::from).sum::<u64>();
             progress(k as u64 + 1);
         }
         Ok(())

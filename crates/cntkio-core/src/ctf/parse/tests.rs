@@ -413,3 +413,35 @@ fn separator_masks() {
         assert_eq!(separators_swar(w), naive(w), "{w:?}");
     }
 }
+
+/// Heap bytes per row of a chunk of `rows` copies of `row` parsed into chunk data made ready for it as the
+/// chunk readers make theirs ([`ChunkData::reserve_like`] a chunk of the same rows parsed before).
+fn bytes_per_row(row: &str, schema: &Schema, rows: usize) -> f64 {
+    let text = row.repeat(rows);
+    let first = parse_bytes(text.as_bytes(), schema, false, &mut FailFast).unwrap();
+    let mut data = ChunkData::new(schema);
+    data.reserve_like(&first.sizes());
+    let parser = CtfParser::new(schema);
+    for c in crate::ctf::index::index_bytes(text.as_bytes(), false, None, u64::MAX).unwrap() {
+        parser.parse_sequences(text.as_bytes(), 0, &c.sequences, &mut data, &mut FailFast).unwrap();
+    }
+    assert_eq!((data.num_sequences(), &data), (rows, &first));
+    let per_row = data.heap_bytes() as f64 / rows as f64;
+    eprintln!("{row:?}: {per_row} bytes per row");
+    per_row
+}
+
+/// A chunk of tiny sequences costs a few times its text: no key or declared length per sequence while
+/// they count up by one and are all equal (line mode), and otherwise values, indices and offsets.
+#[test]
+fn a_chunk_of_tiny_rows_costs_a_few_times_its_text() {
+    let dense = Schema::new(vec![StreamSpec::new("a", 1, StorageFormat::Dense)]).unwrap();
+    let per_row = bytes_per_row("|a 1\n", &dense, 100_000);
+    // 4 bytes of value and 8 of sequence offset, with the eighth more that `reserve_like` adds: under 3
+    // times the text.
+    assert!(per_row <= 13.5 + 0.01, "{per_row} bytes per row of 5");
+    let sparse = Schema::new(vec![StreamSpec::new("b", 10, StorageFormat::Sparse)]).unwrap();
+    let per_row = bytes_per_row("|b 3:1\n", &sparse, 100_000);
+    // Value, index, sample offset, sequence offset.
+    assert!(per_row <= 27.0 + 0.01, "{per_row} bytes per row of 7");
+}
