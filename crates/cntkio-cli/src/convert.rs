@@ -17,8 +17,8 @@ use std::time::Instant;
 pub fn run(a: &ConvertArgs, quiet: bool) -> Result<u8, Error> {
     let t = Instant::now();
     let in_len = std::fs::metadata(&a.input).map(|m| m.len()).unwrap_or(0);
-    let mut c = Conversion::new(&a.input, &a.output);
-    let (from, to) = c.route()?;
+    let mut c = Conversion::new(&a.input, &a.output)?;
+    let (from, to) = c.route();
     if !matches!(to, Target::Arrow(_)) && (a.flatten || a.row_group_size.is_some()) {
         let flag = if a.flatten { "--flatten" } else { "--row-group-size" };
         return Err(Error::option(flag, "applies to Parquet and Arrow outputs (OUT.parquet, OUT.arrow)"));

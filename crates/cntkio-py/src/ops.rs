@@ -7,7 +7,7 @@ use cntkio::convert::{detect_format, Conversion, ConvertSummary, Format, Hooks, 
 use cntkio::ctf::ScanOptions;
 use cntkio::inspect::inspect;
 use cntkio::validate::{validate_input, SummaryOptions, ValidateOptions};
-use cntkio::{Access, CtfOptions, Error, InputSpec};
+use cntkio::{Access, CtfInput, CtfOptions, Error, InputSpec, StoredInput};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::cell::{Cell, RefCell};
@@ -104,8 +104,8 @@ pub fn convert<'py>(
     if row_group_size == Some(0) {
         return Err(usage("row_group_size must be > 0"));
     }
-    let mut c = Conversion::new(&input, &output);
-    let (format, to) = py.detach(|| c.route()).map_err(|e| py_err(at_path(e, &input)))?;
+    let mut c = py.detach(|| Conversion::new(&input, &output)).map_err(|e| py_err(at_path(e, &input)))?;
+    let (format, to) = c.route();
     if (flatten || row_group_size.is_some()) && !matches!(to, Target::Arrow(_)) {
         let what = if flatten { "flatten" } else { "row_group_size" };
         return Err(usage(format!("{what} applies to Parquet and Arrow outputs (.parquet, .arrow)")));
@@ -172,20 +172,20 @@ pub fn validate_json<'py>(
     };
     let err = |e| py_err(at_path(e, &path));
     let run = || -> Result<_, Error> {
-        let (input, access, schema_inferred) = match spec {
-            Some(Spec::Ctf { input, access }) => {
-                let mut given = || Ok((input.schema.clone(), input.options.clone()));
-                (InputSpec::detect(&path, &mut given)?, access, false)
-            }
-            Some(Spec::Cbf { input, mmap }) if detect_format(&path)? != Format::Ctf => {
-                (InputSpec::stored(input)?, if mmap { Access::Mmap } else { Access::Read }, false)
+        let mapped = |mmap: bool| if mmap { Access::Mmap } else { Access::Read };
+        let stored = || StoredInput::new(&path);
+        let (input, access, schema_inferred) = match (detect_format(&path)?, spec) {
+            (Format::Ctf, Some(Spec::Ctf { input, access })) => {
+                (InputSpec::Ctf(CtfInput { path: path.clone(), ..input }), access, false)
             }
             // Without streams: a CTF file is checked with the schema its rows suggest.
-            _ => {
-                let input = InputSpec::inferred(&path, &CtfOptions::default())?;
-                let inferred = matches!(input, InputSpec::Ctf(_));
-                (input, Access::Read, inferred)
+            (Format::Ctf, _) => (InputSpec::inferred(&path, &CtfOptions::default())?, Access::Read, true),
+            (Format::Cbf, Some(Spec::Cbf { input, mmap })) => (InputSpec::Cbf(input), mapped(mmap), false),
+            (Format::Cbf, _) => (InputSpec::Cbf(stored()), Access::Read, false),
+            (Format::Parquet | Format::ArrowIpc, Some(Spec::Cbf { input, mmap })) => {
+                (InputSpec::Arrow(input), mapped(mmap), false)
             }
+            (Format::Parquet | Format::ArrowIpc, _) => (InputSpec::Arrow(stored()), Access::Read, false),
         };
         let r = validate_input(&input, access, &vo, &mut |_| {}, &mut |_| {})?;
         Ok((r, input, schema_inferred))

@@ -99,12 +99,16 @@ pub struct Conversion {
     pub flatten: bool,
     /// Callbacks.
     pub hooks: Hooks,
+    /// The input's format and what the output will be, told at [`Conversion::new`].
+    route: (Format, Target),
 }
 
 impl Conversion {
-    /// `input` to `output` with default options (all cores, CNTK's chunk size).
-    pub fn new(input: &Path, output: &Path) -> Conversion {
-        Conversion {
+    /// `input` to `output` with default options (all cores, CNTK's chunk size), the route told now: the
+    /// input's format by its first bytes, the output's by its name ([`Target::of`]).
+    pub fn new(input: &Path, output: &Path) -> Result<Conversion, Error> {
+        let from = detect_format(input)?;
+        Ok(Conversion {
             input: input.to_path_buf(),
             output: output.to_path_buf(),
             ctf: None,
@@ -117,19 +121,19 @@ impl Conversion {
             rows_per_group: None,
             flatten: false,
             hooks: Hooks::default(),
-        }
+            route: (from, Target::of(from, output)?),
+        })
     }
 
     /// The input's format and what the output will be.
-    pub fn route(&self) -> Result<(Format, Target), Error> {
-        let from = detect_format(&self.input)?;
-        Ok((from, Target::of(from, &self.output)?))
+    pub fn route(&self) -> (Format, Target) {
+        self.route
     }
 
     /// Converts. `progress` is called with the input bytes (or, from Parquet and Arrow, the share of the
     /// file) read so far.
     pub fn run(&self, progress: &mut dyn FnMut(u64)) -> Result<ConvertSummary, Error> {
-        let (from, to) = self.route()?;
+        let (from, to) = self.route;
         let (input, output) = (self.input.as_path(), self.output.as_path());
         let threads = self.scan.threads;
         match (from, to) {
@@ -212,7 +216,7 @@ mod tests {
         let input = dir.path().join("in.ctf");
         std::fs::write(&input, "0 |a 1\n").unwrap();
         let output = dir.path().join("out.cbf");
-        let e = Conversion::new(&input, &output).run(&mut |_| {}).unwrap_err();
+        let e = Conversion::new(&input, &output).unwrap().run(&mut |_| {}).unwrap_err();
         assert!(e.to_string().contains("needs its streams"), "{e}");
         assert!(!output.exists());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");

@@ -18,7 +18,15 @@ use std::io;
 use std::path::Path;
 
 /// The variable naming the directory of the temporary files of outputs to object stores.
-pub(crate) const TMPDIR_VAR: &str = "CNTKIO_TMPDIR";
+const TMPDIR_VAR: &str = "CNTKIO_TMPDIR";
+
+/// The directory of the temporary files of outputs to object stores: `CNTKIO_TMPDIR`, else the system's.
+fn object_output_dir() -> std::path::PathBuf {
+    std::env::var_os(TMPDIR_VAR)
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+}
 
 /// Creates the temporary file for `path` (see the module documentation), private to the user until
 /// [`persist`] gives it the target's permissions.
@@ -34,10 +42,7 @@ pub(crate) fn temporary_noted(path: &Path, note: Option<fn(&Path)>) -> Result<te
     let remote_dir;
     let dir = if crate::remote::is_url(path) {
         crate::remote::check_output(&path.to_string_lossy())?;
-        remote_dir = std::env::var_os(TMPDIR_VAR)
-            .filter(|d| !d.is_empty())
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
+        remote_dir = object_output_dir();
         remote_dir.as_path()
     } else {
         path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
@@ -171,11 +176,7 @@ mod tests {
     #[test]
     fn temporary_files_of_objects_are_in_the_temporary_directory() {
         let tmp = temporary(Path::new("s3://bucket/dir/out.cbf")).unwrap();
-        let dir = std::env::var_os(TMPDIR_VAR)
-            .filter(|d| !d.is_empty())
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        assert_eq!(tmp.path().parent(), Some(dir.as_path()));
+        assert_eq!(tmp.path().parent(), Some(object_output_dir().as_path()));
         let name = tmp.path().file_name().unwrap().to_str().unwrap();
         assert!(name.starts_with(".out.cbf.") && name.ends_with(".tmp"), "{name}");
     }
