@@ -47,6 +47,9 @@ impl SequenceSource for Skeleton {
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
         self.inner.sequences(chunk, out)
     }
+    fn uniform_sequences(&self, chunk: u32) -> Result<Option<(u64, u32)>, Error> {
+        self.inner.uniform_sequences(chunk)
+    }
 }
 
 impl Deserializer for Skeleton {

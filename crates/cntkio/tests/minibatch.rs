@@ -9,7 +9,7 @@
 mod common;
 
 use cntkio::cbf::CbfWriter;
-use cntkio::randomize::Window;
+use cntkio::randomize::{SequenceSource, Window};
 use cntkio::source::{Batch, CbfSource, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength};
 use cntkio::{CtfOptions, CtfReader, Layout, Schema, StorageFormat, StreamSpec, Values};
 use common::Mem;
@@ -302,10 +302,21 @@ fn cbf_chunks_of_equal_and_varying_lengths_match_their_ctf_twin() {
     let mapped: Arc<dyn Deserializer> =
         Arc::new(CbfSource::open_with(&bin, &cntkio::cbf::CbfOptions::default().mmap(true)).unwrap());
     assert!(read.chunks().len() > 6, "{}", read.chunks().len());
+    // The CBF source tells chunks of 1-row (and of 3-row) sequences apart as uniform, and lists the others;
+    // a source that lists every chunk gives the same minibatches.
+    let uniform: Vec<bool> =
+        (0..read.chunks().len() as u32).map(|k| read.uniform_sequences(k).unwrap().is_some()).collect();
+    assert!(uniform.contains(&true) && uniform.contains(&false), "{uniform:?}");
+    let listed: Arc<dyn Deserializer> = Arc::new(Listed(read.clone()));
     let c = ctf(&p, &streams, 1 << 20);
     let small = ctf(&p, &streams, 400);
     assert!(small.chunks().len() > 6, "{}", small.chunks().len());
-    for (randomize, window) in [(false, Window::Chunks(0)), (true, Window::Chunks(128)), (true, Window::Chunks(2))] {
+    for (randomize, window) in [
+        (false, Window::Chunks(0)),
+        (true, Window::Chunks(128)),
+        (true, Window::Chunks(2)),
+        (true, Window::Samples(50)),
+    ] {
         for mb in [1, 7, 64, 1000] {
             // The CTF twin has one chunk: only the order in file order is the same as the CBF file's; with
             // randomization the CBF sources are compared with each other and with the CTF data by key.
@@ -313,6 +324,7 @@ fn cbf_chunks_of_equal_and_varying_lengths_match_their_ctf_twin() {
             let a = drain(&mut MinibatchSource::new(read.clone(), conf.clone()).unwrap(), mb, 10_000);
             let b = drain(&mut MinibatchSource::new(mapped.clone(), conf.clone()).unwrap(), mb, 10_000);
             assert_eq!(a, b);
+            assert_eq!(a, drain(&mut MinibatchSource::new(listed.clone(), conf.clone()).unwrap(), mb, 10_000));
             let t = drain(&mut MinibatchSource::new(small.clone(), conf.clone()).unwrap(), mb, 10_000);
             if !randomize {
                 assert_eq!(a, drain(&mut MinibatchSource::new(c.clone(), conf).unwrap(), mb, 10_000));
@@ -336,6 +348,45 @@ fn cbf_chunks_of_equal_and_varying_lengths_match_their_ctf_twin() {
                 }
             }
         }
+    }
+}
+
+/// A deserializer that lists the sequences of every chunk of another: never uniform.
+struct Listed(Arc<dyn Deserializer>);
+
+impl SequenceSource for Listed {
+    fn chunks(&self) -> &[cntkio::randomize::ChunkInfo] {
+        self.0.chunks()
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<cntkio::randomize::SequenceInfo>) -> Result<(), cntkio::Error> {
+        self.0.sequences(chunk, out)
+    }
+}
+
+impl Deserializer for Listed {
+    fn streams(&self) -> &[StreamSpec] {
+        self.0.streams()
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<cntkio::ChunkData>, cntkio::Error> {
+        self.0.load_chunk(chunk)
+    }
+}
+
+/// A CBF chunk's meta counts are told uniform, read in pieces, only when every one of them is the same: a
+/// chunk of 20,000 one-row sequences is, with a last sequence of two rows it is not.
+#[test]
+fn cbf_uniform_meta_counts_are_checked_to_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = [("a", true, 1, false)];
+    let rows: String = (0..20_000).map(|i| format!("{i} |a {i}\n")).collect();
+    for (name, text, want) in [("same", rows.clone(), Some((0, 1))), ("last", rows + "20000 |a 1\n20000 |a 2\n", None)]
+    {
+        let bin = dir.path().join(name);
+        write_cbf(&bin, &text, &streams, 1 << 30);
+        let f = cntkio::cbf::CbfFile::open(&bin).unwrap();
+        assert_eq!(f.chunk_count(), 1);
+        assert_eq!(f.uniform_meta_count(0).unwrap(), want.map(|(_, n)| n), "{name}");
+        assert_eq!(CbfSource::new(f).unwrap().uniform_sequences(0).unwrap(), want, "{name}");
     }
 }
 

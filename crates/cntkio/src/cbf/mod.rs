@@ -208,8 +208,45 @@ impl CbfFile {
     /// the randomizer needs of a chunk before it is loaded, read when it is asked for, so that nothing is
     /// kept per sequence of the file. Errors: no such chunk, a chunk too short for its sequence count, I/O.
     pub fn meta_counts(&self, k: usize, out: &mut Vec<u32>) -> Result<(), Error> {
-        let p = || self.path.display().to_string();
-        let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(p()))?;
+        let (start, need) = self.meta_range(k)?;
+        let mut buf = Vec::new();
+        self.file
+            .with_bytes(start, need, &mut buf, |bytes| {
+                out.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            })
+            .map_err(|e| self.at_path(e))
+    }
+
+    /// The meta count of every sequence of chunk `k` when they are all the same (and the chunk has
+    /// sequences), read piece by piece as [`CbfFile::meta_counts`] would read them whole, so that no list is
+    /// made. Errors: those of [`CbfFile::meta_counts`].
+    pub fn uniform_meta_count(&self, k: usize) -> Result<Option<u32>, Error> {
+        /// Bytes read at a time: the reads stop at the first count that differs.
+        const PIECE: usize = 64 << 10;
+        let (start, need) = self.meta_range(k)?;
+        let (mut buf, mut first, mut done) = (Vec::new(), None, 0);
+        while done < need {
+            let n = PIECE.min(need - done);
+            let same = self
+                .file
+                .with_bytes(start + done as u64, n, &mut buf, |bytes| {
+                    bytes.chunks_exact(4).all(|b| {
+                        let count = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                        *first.get_or_insert(count) == count
+                    })
+                })
+                .map_err(|e| self.at_path(e))?;
+            if !same {
+                return Ok(None);
+            }
+            done += n;
+        }
+        Ok(first)
+    }
+
+    /// Where chunk `k`'s meta counts lie: `(offset, bytes)`, checked against the chunk's byte range.
+    fn meta_range(&self, k: usize) -> Result<(u64, usize), Error> {
+        let dec = ChunkDecoder::new(&self.header, k).map_err(|e| self.at_path(e))?;
         let r = dec.byte_range();
         let sequences = u64::from(self.header.chunks()[k].num_sequences);
         let need = 4 * sequences;
@@ -218,17 +255,15 @@ impl CbfFile {
                 "chunk {k} has {sequences} sequences, whose meta counts need {need} bytes, but it has {} bytes",
                 r.end - r.start
             );
-            return Err(
-                Error::cbf_value("meta counts", r.start, Some(need), 0..=r.end - r.start, problem).with_path(p())
-            );
+            return Err(self.at_path(Error::cbf_value(
+                "meta counts",
+                r.start,
+                Some(need),
+                0..=r.end - r.start,
+                problem,
+            )));
         }
-        let mut buf = Vec::new();
-        let with_path = |e: Error| if e.position().path.is_none() { e.with_path(p()) } else { e };
-        self.file
-            .with_bytes(r.start, need as usize, &mut buf, |bytes| {
-                out.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-            })
-            .map_err(with_path)
+        Ok((r.start, need as usize))
     }
 
     /// The size in bytes of chunk `k`'s byte range (what [`CbfFile::chunk_bytes`] returns). Errors: no such

@@ -109,6 +109,14 @@ pub trait SequenceSource {
     /// Appends the sequences of chunk `chunk` (an index into [`chunks`](SequenceSource::chunks)), in
     /// their order inside the chunk, to `out` (which the caller passes empty).
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error>;
+    /// `Some((first key, declared length))` when every sequence of chunk `chunk` has that length and the
+    /// keys count up by one from the first (as in CBF files), found without listing them: the randomizers
+    /// then keep no list for the chunk. `None` (the default) when they must call
+    /// [`sequences`](SequenceSource::sequences).
+    fn uniform_sequences(&self, chunk: u32) -> Result<Option<(u64, u32)>, Error> {
+        let _ = chunk;
+        Ok(None)
+    }
 }
 
 impl<T: SequenceSource + ?Sized> SequenceSource for &T {
@@ -117,6 +125,9 @@ impl<T: SequenceSource + ?Sized> SequenceSource for &T {
     }
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
         (**self).sequences(chunk, out)
+    }
+    fn uniform_sequences(&self, chunk: u32) -> Result<Option<(u64, u32)>, Error> {
+        (**self).uniform_sequences(chunk)
     }
 }
 
@@ -127,6 +138,9 @@ impl<T: SequenceSource + ?Sized> SequenceSource for Box<T> {
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
         (**self).sequences(chunk, out)
     }
+    fn uniform_sequences(&self, chunk: u32) -> Result<Option<(u64, u32)>, Error> {
+        (**self).uniform_sequences(chunk)
+    }
 }
 
 impl<T: SequenceSource + ?Sized> SequenceSource for std::sync::Arc<T> {
@@ -135,6 +149,9 @@ impl<T: SequenceSource + ?Sized> SequenceSource for std::sync::Arc<T> {
     }
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
         (**self).sequences(chunk, out)
+    }
+    fn uniform_sequences(&self, chunk: u32) -> Result<Option<(u64, u32)>, Error> {
+        (**self).uniform_sequences(chunk)
     }
 }
 
@@ -338,18 +355,89 @@ fn no_samples(sequences: u64, declared: u64) -> Error {
     Error::new(crate::ErrorKind::ZeroLengthSequences { sequences, declared })
 }
 
-/// Loads the sequence list of `chunk` into `out` and checks its length against the chunk table.
-fn load_sequences<S: SequenceSource + ?Sized>(
-    source: &S,
-    chunk: u32,
-    expected: u32,
-    out: &mut Vec<SequenceInfo>,
-) -> Result<(), Error> {
-    out.clear();
-    source.sequences(chunk, out)?;
-    if out.len() != expected as usize {
-        let (declared, found) = (expected.into(), out.len() as u64);
-        return Err(Error::new(crate::ErrorKind::ChunkSequenceCount { chunk: chunk.into(), declared, found }));
+/// The sequences of one chunk, by index in the chunk.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum ChunkSequences {
+    /// None.
+    #[default]
+    Empty,
+    /// All of length `num_samples`, with keys `first_key`, `first_key + 1`, … (as in CBF files, and CTF
+    /// files with consecutive ids): found by arithmetic, with no table to read.
+    Uniform { first_key: u64, num_samples: u32, count: u32 },
+    /// As listed by the source.
+    Listed(Vec<SequenceInfo>),
+}
+
+impl ChunkSequences {
+    /// The sequences of `chunk`, which the chunk table says has `expected`: told by the source as uniform
+    /// when it can ([`SequenceSource::uniform_sequences`]), else listed through `scratch` (a reusable
+    /// buffer) and kept as uniform when they are. Errors: the source's, or a list of another length.
+    pub(crate) fn load<S: SequenceSource + ?Sized>(
+        source: &S,
+        chunk: u32,
+        expected: u32,
+        scratch: &mut Vec<SequenceInfo>,
+    ) -> Result<ChunkSequences, Error> {
+        if expected > 0 {
+            if let Some((first_key, num_samples)) = source.uniform_sequences(chunk)? {
+                if first_key.checked_add(u64::from(expected - 1)).is_some() {
+                    return Ok(ChunkSequences::Uniform { first_key, num_samples, count: expected });
+                }
+            }
+        }
+        scratch.clear();
+        source.sequences(chunk, scratch)?;
+        if scratch.len() != expected as usize {
+            let (declared, found) = (expected.into(), scratch.len() as u64);
+            return Err(Error::new(crate::ErrorKind::ChunkSequenceCount { chunk: chunk.into(), declared, found }));
+        }
+        let first_key = scratch.first().map_or(0, |s| s.key);
+        let num_samples = scratch.first().map_or(0, |s| s.num_samples);
+        let uniform = scratch
+            .iter()
+            .enumerate()
+            .all(|(k, s)| s.num_samples == num_samples && first_key.checked_add(k as u64) == Some(s.key));
+        Ok(if uniform {
+            ChunkSequences::Uniform { first_key, num_samples, count: expected }
+        } else {
+            ChunkSequences::Listed(std::mem::take(scratch))
+        })
     }
-    Ok(())
+
+    /// Number of sequences.
+    pub(crate) fn len(&self) -> u32 {
+        match self {
+            ChunkSequences::Empty => 0,
+            ChunkSequences::Uniform { count, .. } => *count,
+            ChunkSequences::Listed(v) => v.len() as u32,
+        }
+    }
+
+    /// `(num_samples, key)` of sequence `index`, which must exist (a window slot's).
+    #[inline]
+    pub(crate) fn at(&self, index: u32) -> (u32, u64) {
+        match self {
+            ChunkSequences::Uniform { first_key, num_samples, count } => {
+                debug_assert!(index < *count);
+                (*num_samples, first_key + u64::from(index))
+            }
+            ChunkSequences::Listed(v) => {
+                let s = v[index as usize];
+                (s.num_samples, s.key)
+            }
+            ChunkSequences::Empty => unreachable!("a slot of a chunk without sequences"),
+        }
+    }
+
+    /// Sequence `index`, if there is one.
+    #[inline]
+    pub(crate) fn get(&self, index: u32) -> Option<SequenceInfo> {
+        match self {
+            ChunkSequences::Empty => None,
+            ChunkSequences::Uniform { first_key, num_samples, count } => {
+                (index < *count).then(|| SequenceInfo { num_samples: *num_samples, key: first_key + u64::from(index) })
+            }
+            ChunkSequences::Listed(v) => v.get(index as usize).copied(),
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Reading in file order (CNTK `NoRandomizer`, READER.md §4.4, §6, §8.2).
 
 use super::{
-    check_chunks, load_sequences, no_samples, ChunkInfo, EpochConfig, Minibatch, Pick, SequenceEnumerator,
+    check_chunks, no_samples, ChunkInfo, ChunkSequences, EpochConfig, Minibatch, Pick, SequenceEnumerator,
     SequenceInfo, SequenceSource, INFINITELY_REPEAT,
 };
 use crate::Error;
@@ -24,7 +24,9 @@ pub struct NoRandomizer<S> {
     total_sequences: u64,
     /// The loaded chunk and its sequences.
     cur_chunk: Option<usize>,
-    sequences: Vec<SequenceInfo>,
+    sequences: ChunkSequences,
+    /// A buffer for listing a chunk's sequences.
+    scratch: Vec<SequenceInfo>,
     /// Index of the cursor in `sequences`.
     cur_index: usize,
     pos: u64,
@@ -68,7 +70,8 @@ impl<S: SequenceSource> NoRandomizer<S> {
             sweep_size,
             total_sequences,
             cur_chunk: None,
-            sequences: Vec::new(),
+            sequences: ChunkSequences::default(),
+            scratch: Vec::new(),
             cur_index: 0,
             pos: 0,
             global_sequence: 0,
@@ -98,7 +101,10 @@ impl<S: SequenceSource> NoRandomizer<S> {
             c = (c + 1) % self.chunks.len();
         }
         self.cur_chunk = None;
-        load_sequences(&self.source, c as u32, self.chunks[c].num_sequences, &mut self.sequences)?;
+        if let ChunkSequences::Listed(v) = std::mem::take(&mut self.sequences) {
+            self.scratch = v;
+        }
+        self.sequences = ChunkSequences::load(&self.source, c as u32, self.chunks[c].num_sequences, &mut self.scratch)?;
         self.cur_chunk = Some(c);
         Ok(())
     }
@@ -161,7 +167,7 @@ impl<S: SequenceSource> SequenceEnumerator for NoRandomizer<S> {
         let mut empty_run = 0u64;
         while g < global && l < local {
             let Some(c) = self.cur_chunk else { break };
-            let Some(&info) = self.sequences.get(self.cur_index) else {
+            let Some(info) = self.sequences.get(self.cur_index as u32) else {
                 // Only with a chunk table that disagrees with the sequence lists; move on.
                 self.load((c + 1) % self.chunks.len())?;
                 self.cur_index = 0;
@@ -255,10 +261,10 @@ impl<S: SequenceSource> SequenceEnumerator for NoRandomizer<S> {
             // have could make CNTK walk on through the following chunks, sweep after sweep (forever if
             // they are all of length 0); the walk stops at the end of the chunk instead.
             let inside = offset - self.sample_offsets[c];
-            let n = self.sequences.len();
+            let n = self.sequences.len() as usize;
             let (mut k, mut walked, mut wrapped) = (0u64, 0usize, false);
             while walked < n && k < inside {
-                k = k.saturating_add(u64::from(self.sequences[self.cur_index].num_samples));
+                k = k.saturating_add(u64::from(self.sequences.at(self.cur_index as u32).0));
                 walked += 1;
                 wrapped = self.advance()?;
             }

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::{load_sequences, ChunkRandomizer, Mt19937_64, SequenceInfo, SequenceSource};
+use super::{ChunkRandomizer, ChunkSequences, Mt19937_64, SequenceInfo, SequenceSource};
 use crate::Error;
 
 /// Positions whose likely swap partners are read ahead together (see `touch_partners`).
@@ -34,53 +34,11 @@ struct Slot {
     index: u32,
 }
 
-/// The sequences of one loaded chunk, by index in the chunk.
-#[derive(Debug, Clone)]
-enum Infos {
-    /// All of length `num_samples`, with keys `first_key`, `first_key + 1`, … (as in CBF files, and CTF
-    /// files with consecutive ids): found by arithmetic, with no table to read.
-    Uniform { first_key: u64, num_samples: u32, count: u32 },
-    /// As listed by the source.
-    Listed(Vec<SequenceInfo>),
-}
-
-impl Infos {
-    fn new(list: &mut Vec<SequenceInfo>) -> Infos {
-        let first_key = list.first().map_or(0, |s| s.key);
-        let num_samples = list.first().map_or(0, |s| s.num_samples);
-        let uniform = u32::try_from(list.len()).is_ok()
-            && list
-                .iter()
-                .enumerate()
-                .all(|(k, s)| s.num_samples == num_samples && first_key.checked_add(k as u64) == Some(s.key));
-        if uniform {
-            Infos::Uniform { first_key, num_samples, count: list.len() as u32 }
-        } else {
-            Infos::Listed(std::mem::take(list))
-        }
-    }
-
-    /// `(num_samples, key)` of sequence `index`.
-    #[inline]
-    fn get(&self, index: u32) -> (u32, u64) {
-        match self {
-            Infos::Uniform { first_key, num_samples, count } => {
-                debug_assert!(index < *count);
-                (*num_samples, first_key + u64::from(index))
-            }
-            Infos::Listed(v) => {
-                let s = v[index as usize];
-                (s.num_samples, s.key)
-            }
-        }
-    }
-}
-
 /// A loaded chunk: its original index and sequences.
 #[derive(Debug, Clone)]
 struct Home {
     original: u32,
-    infos: Infos,
+    infos: ChunkSequences,
 }
 
 /// Whether every chunk of randomized chunk `c`'s window has the same window as `c` (windows begin and end
@@ -227,10 +185,10 @@ impl SequenceRandomizer {
         let new_loaded_end = r[next_rand - 1].window_end as usize;
         for (i, c) in r.iter().enumerate().take(new_loaded_end).skip(self.loaded_end) {
             let info = self.chunks.original()[c.original as usize];
-            load_sequences(source, c.original, info.num_sequences, &mut self.scratch)?;
+            let infos = ChunkSequences::load(source, c.original, info.num_sequences, &mut self.scratch)?;
             let home = i as u32;
-            self.window.extend((0..self.scratch.len() as u32).map(|index| Slot { home, index }));
-            self.homes.push_back(Home { original: c.original, infos: Infos::new(&mut self.scratch) });
+            self.window.extend((0..infos.len()).map(|index| Slot { home, index }));
+            self.homes.push_back(Home { original: c.original, infos });
         }
         self.loaded_end = new_loaded_end;
 
@@ -323,14 +281,14 @@ impl SequenceRandomizer {
     /// `(num_samples, key)` of the sequence in `slot`.
     #[inline]
     fn info(&self, slot: Slot) -> (u32, u64) {
-        self.homes[slot.home as usize - self.first_home].infos.get(slot.index)
+        self.homes[slot.home as usize - self.first_home].infos.at(slot.index)
     }
 
     /// The sequence in `slot`, whole.
     #[inline]
     fn sequence(&self, slot: Slot) -> RandomizedSequence {
         let h = &self.homes[slot.home as usize - self.first_home];
-        let (num_samples, key) = h.infos.get(slot.index);
+        let (num_samples, key) = h.infos.at(slot.index);
         RandomizedSequence { chunk: h.original, index: slot.index, num_samples, key, home: slot.home }
     }
 

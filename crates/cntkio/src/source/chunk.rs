@@ -180,6 +180,15 @@ impl SourceChunk {
     }
 
     /// Takes the owned byte buffer back, for reuse.
+    /// The bytes of the buffer a load could reuse ([`SourceChunk::load_cbf`]'s `spare`); 0 if none.
+    pub(crate) fn buffer_len(&self) -> usize {
+        match &self.repr {
+            Repr::Cbf(CbfChunk { bytes: Bytes::Owned(v), .. }) => v.capacity(),
+            Repr::Cbf(CbfChunk { bytes: Bytes::Anon(m, _), .. }) => m.len(),
+            _ => 0,
+        }
+    }
+
     fn into_buffer(self) -> Option<Bytes> {
         match self.repr {
             Repr::Cbf(CbfChunk { bytes: b @ (Bytes::Owned(_) | Bytes::Anon(..)), .. }) => Some(b),

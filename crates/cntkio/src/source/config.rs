@@ -63,7 +63,9 @@ pub struct MinibatchConfig {
     /// start at the first minibatch, not at construction. Never changes a minibatch.
     pub threads: Option<usize>,
     /// How many chunks beyond those the randomization window needs may be loaded ahead (`None`: 2 per
-    /// loading thread). Chunks held: the window's plus these (READER.md §3.5). Never changes a minibatch.
+    /// loading thread, as many of them as fit in [`PREFETCH_BYTES_PER_THREAD`] of file per thread, one at
+    /// least). Chunks held:
+    /// the window's plus these (READER.md §3.5). Never changes a minibatch.
     pub prefetch: Option<usize>,
     /// Truncated BPTT with this truncation length in samples (`truncation_length`; 0, the default: off;
     /// READER.md §5.3). Every stream is then delivered dense, as fragments of sequences laid out in
@@ -76,6 +78,11 @@ pub struct MinibatchConfig {
     /// Default `None`.
     pub elastic_resume: Option<ElasticResume>,
 }
+
+/// By default, the chunks loaded ahead beyond the randomization window hold at most this many bytes of
+/// their files (a CTF chunk's text, a CBF chunk's records) per loading thread, beyond the first of them:
+/// with CNTK's chunks of 32 MiB, one per thread.
+pub const PREFETCH_BYTES_PER_THREAD: u64 = 32 << 20;
 
 impl Default for MinibatchConfig {
     fn default() -> Self {
@@ -117,6 +124,15 @@ impl MinibatchConfig {
     /// The prefetch depth in chunks: [`prefetch`](Self::prefetch), else 2 per loading thread.
     pub fn prefetch_depth(&self) -> usize {
         self.prefetch.unwrap_or_else(|| 2 * self.loader_threads())
+    }
+
+    /// The most bytes of file loaded ahead beyond the first chunk: [`PREFETCH_BYTES_PER_THREAD`] per
+    /// loading thread, unless [`prefetch`](Self::prefetch) is given.
+    pub fn prefetch_bytes(&self) -> u64 {
+        match self.prefetch {
+            Some(_) => u64::MAX,
+            None => PREFETCH_BYTES_PER_THREAD.saturating_mul(self.loader_threads().max(1) as u64),
+        }
     }
 
     /// The run's end on the global timeline, for a sweep of `sweep_size` samples.

@@ -36,6 +36,16 @@ pub trait Deserializer: SequenceSource + Send + Sync {
     fn load_order_matters(&self) -> bool {
         false
     }
+
+    /// The size in bytes of chunk `chunk` in its file (a CTF chunk's text, a CBF chunk's records), if
+    /// known: what loading ahead counts against its budget ([`MinibatchConfig::prefetch`]). Default
+    /// `None`.
+    ///
+    /// [`MinibatchConfig::prefetch`]: super::MinibatchConfig::prefetch
+    fn chunk_size(&self, chunk: u32) -> Option<u64> {
+        let _ = chunk;
+        None
+    }
 }
 
 impl Deserializer for CtfReader {
@@ -47,6 +57,9 @@ impl Deserializer for CtfReader {
     }
     fn load_order_matters(&self) -> bool {
         self.options().max_errors > 0
+    }
+    fn chunk_size(&self, chunk: u32) -> Option<u64> {
+        self.index().chunks.get(chunk as usize).map(|c| c.len_bytes)
     }
 }
 
@@ -63,6 +76,9 @@ impl<T: Deserializer + ?Sized> Deserializer for Arc<T> {
     fn load_order_matters(&self) -> bool {
         (**self).load_order_matters()
     }
+    fn chunk_size(&self, chunk: u32) -> Option<u64> {
+        (**self).chunk_size(chunk)
+    }
 }
 
 impl<T: Deserializer + ?Sized> Deserializer for Box<T> {
@@ -77,6 +93,9 @@ impl<T: Deserializer + ?Sized> Deserializer for Box<T> {
     }
     fn load_order_matters(&self) -> bool {
         (**self).load_order_matters()
+    }
+    fn chunk_size(&self, chunk: u32) -> Option<u64> {
+        (**self).chunk_size(chunk)
     }
 }
 
@@ -130,6 +149,14 @@ impl CbfSource {
     pub fn file(&self) -> &CbfFile {
         &self.file
     }
+
+    /// The key of chunk `chunk`'s first sequence (keys are global sequence indices).
+    fn first_key(&self, chunk: u32) -> Result<u64, Error> {
+        self.file
+            .header()
+            .first_sequence(chunk as usize)
+            .ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.chunks.len()))
+    }
 }
 
 /// Sets every stream's element type to `t`, where given (CNTK's `precision`).
@@ -146,16 +173,15 @@ impl SequenceSource for CbfSource {
         &self.chunks
     }
     fn sequences(&self, chunk: u32, out: &mut Vec<SequenceInfo>) -> Result<(), Error> {
-        let c = chunk as usize;
-        let first = self
-            .file
-            .header()
-            .first_sequence(c)
-            .ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.chunks.len()))?;
+        let first = self.first_key(chunk)?;
         let mut meta = Vec::new();
-        self.file.meta_counts(c, &mut meta)?;
+        self.file.meta_counts(chunk as usize, &mut meta)?;
         out.extend(meta.iter().enumerate().map(|(i, &n)| SequenceInfo { num_samples: n, key: first + i as u64 }));
         Ok(())
+    }
+    fn uniform_sequences(&self, chunk: u32) -> Result<Option<(u64, u32)>, Error> {
+        let first = self.first_key(chunk)?;
+        Ok(self.file.uniform_meta_count(chunk as usize)?.map(|n| (first, n)))
     }
 }
 
@@ -177,6 +203,9 @@ impl Deserializer for CbfSource {
         // The file's own element types: the records are kept undecoded and copied once, into the
         // minibatch (decoding the whole chunk first would copy every value twice).
         SourceChunk::load_cbf(&self.file, chunk as usize, spare)
+    }
+    fn chunk_size(&self, chunk: u32) -> Option<u64> {
+        self.file.header().chunk_range(chunk as usize).map(|r| r.end - r.start)
     }
 }
 
@@ -262,6 +291,10 @@ impl SequenceSource for MultiSource {
         let (p, c) = self.locate(chunk).ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.chunks.len()))?;
         self.parts[p].sequences(c, out)
     }
+    fn uniform_sequences(&self, chunk: u32) -> Result<Option<(u64, u32)>, Error> {
+        let (p, c) = self.locate(chunk).ok_or_else(|| Error::chunk_out_of_range(chunk.into(), self.chunks.len()))?;
+        self.parts[p].uniform_sequences(c)
+    }
 }
 
 impl Deserializer for MultiSource {
@@ -278,6 +311,10 @@ impl Deserializer for MultiSource {
     }
     fn load_order_matters(&self) -> bool {
         self.parts.iter().any(|p| p.load_order_matters())
+    }
+    fn chunk_size(&self, chunk: u32) -> Option<u64> {
+        let (p, c) = self.locate(chunk)?;
+        self.parts[p].chunk_size(c)
     }
 }
 

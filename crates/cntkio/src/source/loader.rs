@@ -35,8 +35,9 @@ struct State {
     queue: VecDeque<u32>,
     /// Evicted chunks whose buffers a load may reuse.
     spare: Vec<SourceChunk>,
-    /// At most this many spare chunks are kept.
+    /// At most this many spare chunks are kept, and beyond the first, at most `spare_bytes` of buffers.
     spare_cap: usize,
+    spare_bytes: u64,
     shutdown: bool,
 }
 
@@ -99,7 +100,11 @@ impl Loader {
         Loader {
             source,
             shared: Arc::new(Shared {
-                state: Mutex::new(State { spare_cap: threads.max(1), ..State::default() }),
+                state: Mutex::new(State {
+                    spare_cap: threads.max(1),
+                    spare_bytes: super::PREFETCH_BYTES_PER_THREAD.saturating_mul(threads.max(1) as u64),
+                    ..State::default()
+                }),
                 work: Condvar::new(),
                 done: Condvar::new(),
             }),
@@ -167,7 +172,9 @@ impl Loader {
         });
         for a in evicted {
             if let Ok(c) = Arc::try_unwrap(a) {
-                if st.spare.len() < st.spare_cap && c.data().is_none() {
+                let held: usize = st.spare.iter().map(SourceChunk::buffer_len).sum();
+                let fits = st.spare.is_empty() || (held + c.buffer_len()) as u64 <= st.spare_bytes;
+                if st.spare.len() < st.spare_cap && c.data().is_none() && fits {
                     st.spare.push(c);
                 }
             }

@@ -80,7 +80,7 @@ use batch::{prepare, Plan, Planned};
 pub use batch::{Batch, PlannedBatch};
 pub use bptt::{BpttLayout, BpttState, Fragment, HeldSequence, RowState};
 pub use chunk::SourceChunk;
-pub use config::{MinibatchConfig, RunLength, FULL_DATA_SWEEP, INFINITELY_REPEAT};
+pub use config::{MinibatchConfig, RunLength, FULL_DATA_SWEEP, INFINITELY_REPEAT, PREFETCH_BYTES_PER_THREAD};
 pub(crate) use deserializer::set_element_types;
 pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
 pub use feed::{BatchPool, FedBatch, FedPart, Feed, FeedConfig, HostPin, Recycler};
@@ -89,7 +89,7 @@ pub use state::SourceState;
 use crate::randomize::{elastic_needs_balanced, BlockRandomizer, EpochConfig, NoRandomizer, Pick, SequenceEnumerator};
 use crate::{Error, ErrorKind, StreamSpec};
 use loader::Loader;
-use plan::Planner;
+use plan::{Planner, Prefetch};
 use std::sync::Arc;
 
 type Enumerator = Box<dyn SequenceEnumerator + Send>;
@@ -159,7 +159,11 @@ impl MinibatchSource {
             // Balanced dealing takes sequences from every chunk: the loader plans them all.
             if config.balanced_workers { 1 } else { config.workers },
             if config.balanced_workers { 0 } else { config.rank },
-            config.prefetch_depth(),
+            Prefetch {
+                chunks: config.prefetch_depth(),
+                bytes: config.prefetch_bytes(),
+                sizes: (0..chunks.len() as u32).map(|c| source.chunk_size(c).unwrap_or(0)).collect(),
+            },
             config.run_end(sweep_size),
         );
         let out_streams = if config.truncation_length > 0 {

@@ -1,7 +1,8 @@
 //! Which chunks a [`MinibatchSource`](super::MinibatchSource) should hold next (READER.md §3.5): with
 //! randomization, the chunks whose randomized positions lie in the window of the chunk being read (only
-//! this worker's, §6), then `depth` more in the order the window will reach them, continuing into the
-//! next sweep's permutation; without randomization, the chunk being read and the `depth` chunks after it.
+//! this worker's, §6), then more in the order the window will reach them, continuing into the next sweep's
+//! permutation; without randomization, the chunk being read and the chunks after it. How many more: at
+//! most [`Prefetch::chunks`], and as many of those as fit in [`Prefetch::bytes`] (one at least).
 //!
 //! The plan is computed from the global sample position and the chunk table alone (the chunk permutation
 //! of sweep *k* is a pure function of `seed + k`), so it never touches the enumerator. It is a forecast:
@@ -10,6 +11,28 @@
 //! is loaded on demand, with the same result.
 
 use crate::randomize::{ChunkInfo, ChunkRandomizer, Window};
+
+/// How far beyond the chunks being read the plan goes.
+#[derive(Debug)]
+pub(crate) struct Prefetch {
+    /// At most this many chunks.
+    pub chunks: usize,
+    /// At most this many bytes of chunks (by [`sizes`](Self::sizes)), except for the first chunk.
+    pub bytes: u64,
+    /// Each chunk's size in bytes (0 where unknown).
+    pub sizes: Vec<u64>,
+}
+
+impl Prefetch {
+    /// Whether chunk `c` may be planned ahead after `extra` chunks of `bytes` bytes.
+    fn admits(&self, extra: usize, bytes: u64, c: u32) -> bool {
+        extra < self.chunks && (extra == 0 || bytes.saturating_add(self.size(c)) <= self.bytes)
+    }
+
+    fn size(&self, c: u32) -> u64 {
+        self.sizes.get(c as usize).copied().unwrap_or(0)
+    }
+}
 
 /// The forecast of needed chunks.
 #[derive(Debug)]
@@ -26,7 +49,7 @@ pub(crate) struct Planner {
     offsets: Vec<u64>,
     workers: u64,
     rank: u64,
-    depth: usize,
+    prefetch: Prefetch,
     /// The run's end on the global timeline.
     end: u64,
     /// (sweep, chunk) of the last plan.
@@ -46,7 +69,7 @@ impl Planner {
         seed: u64,
         workers: u32,
         rank: u32,
-        depth: usize,
+        prefetch: Prefetch,
         end: u64,
     ) -> Planner {
         let mut offsets = Vec::with_capacity(chunks.len());
@@ -65,7 +88,7 @@ impl Planner {
             offsets,
             workers: u64::from(workers.max(1)),
             rank: u64::from(rank),
-            depth,
+            prefetch,
             end,
             last: None,
             marks: Vec::new(),
@@ -113,42 +136,48 @@ impl Planner {
         let (sweep, p) = key;
         let next_sweep_in_run = (sweep + 1).saturating_mul(self.sweep_size) < self.end;
         if self.randomized {
-            let (workers, rank, depth, generation) = (self.workers, self.rank, self.depth, self.generation);
+            let (workers, rank, generation) = (self.workers, self.rank, self.generation);
+            let prefetch = &self.prefetch;
             let local = |h: usize| (h as u64) % workers == rank;
             let chunks = self.current.1.chunks();
             let rc = chunks[p];
-            let mut extra = 0;
+            let (mut extra, mut bytes) = (0, 0);
+            let mut admitted = true;
             for (h, c) in chunks.iter().enumerate().skip(rc.window_begin as usize) {
                 let ahead = h >= rc.window_end as usize;
-                if ahead && extra >= depth {
+                if ahead && !prefetch.admits(extra, bytes, c.original) {
+                    admitted = false;
                     break;
                 }
                 if local(h) && mark(&mut self.marks, generation, c.original, keep) && ahead {
                     extra += 1;
+                    bytes += prefetch.size(c.original);
                 }
             }
-            if extra < depth && next_sweep_in_run {
+            if admitted && next_sweep_in_run {
                 let cr = randomized(&mut self.next, sweep + 1, self.seed);
                 for (h, c) in cr.chunks().iter().enumerate() {
-                    if extra >= depth {
+                    if !prefetch.admits(extra, bytes, c.original) {
                         break;
                     }
                     if local(h) && mark(&mut self.marks, generation, c.original, keep) {
                         extra += 1;
+                        bytes += prefetch.size(c.original);
                     }
                 }
             }
         } else {
             let mut c = p;
-            let mut extra = 0;
+            let (mut extra, mut bytes) = (0, 0);
             let mut wrapped = false;
             loop {
                 if self.chunks[c].num_sequences > 0 {
                     if !keep.is_empty() {
-                        if extra >= self.depth {
+                        if !self.prefetch.admits(extra, bytes, c as u32) {
                             break;
                         }
                         extra += 1;
+                        bytes += self.prefetch.size(c as u32);
                     }
                     if !mark(&mut self.marks, self.generation, c as u32, keep) {
                         break;
@@ -186,4 +215,36 @@ fn randomized(slot: &mut (Option<u64>, ChunkRandomizer), sweep: u64, seed: u64) 
         slot.0 = Some(sweep);
     }
     &slot.1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plans for position 0 of ten chunks of 10 samples and 10 bytes each, with `chunks` ahead at most and a
+    /// budget of `bytes`.
+    fn plan(randomized: bool, chunks: usize, bytes: u64, sizes: Vec<u64>) -> Vec<u32> {
+        let table = vec![ChunkInfo { num_samples: 10, num_sequences: 10 }; 10];
+        let prefetch = Prefetch { chunks, bytes, sizes };
+        let mut p = Planner::new(&table, randomized, Window::Chunks(1), 5, 1, 0, prefetch, u64::MAX);
+        let mut keep = Vec::new();
+        assert!(p.plan(0, &mut keep));
+        keep
+    }
+
+    #[test]
+    fn chunks_ahead_stop_at_the_byte_budget_but_one_is_always_planned() {
+        for randomized in [false, true] {
+            // The chunk being read (its window is itself), then chunks ahead.
+            assert_eq!(plan(randomized, 4, u64::MAX, vec![10; 10]).len(), 5, "{randomized}");
+            assert_eq!(plan(randomized, 4, 25, vec![10; 10]).len(), 3, "{randomized}");
+            assert_eq!(plan(randomized, 4, 1, vec![10; 10]).len(), 2, "{randomized}");
+            assert_eq!(plan(randomized, 0, u64::MAX, vec![10; 10]).len(), 1, "{randomized}");
+            // Sizes unknown: the number of chunks alone.
+            assert_eq!(plan(randomized, 4, 1, Vec::new()).len(), 5, "{randomized}");
+        }
+        // The same chunks in the same order, however many the budget admits.
+        let all = plan(true, 4, u64::MAX, vec![10; 10]);
+        assert_eq!(plan(true, 4, 25, vec![10; 10]), all[..3]);
+    }
 }
