@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -420,6 +421,40 @@ def test_an_upload_failing_midway_leaves_nothing_at_the_key(
     assert r.returncode == 0, r.stderr
     assert fault.hits == 2
     assert object_bytes(s3, "out/big.cbf") == local.read_bytes()
+
+
+def test_an_interrupted_upload_is_aborted_and_leaves_nothing(s3: Server, proxy: FaultProxy, tmp_path: Path) -> None:
+    from cntkio.__main__ import executable
+
+    ctf = tmp_path / "big.ctf"
+    big_ctf(ctf, 60_000)  # a CBF of about 15 MiB: three parts of 5 MiB
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    env = through(proxy, CNTKIO_OBJECT_PART_SIZE=str(5 << 20), CNTKIO_TMPDIR=str(spool))
+    client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
+    # The second part hangs in the proxy: the upload is under way when the interrupt comes.
+    fault = Fault("delay", delay_s=30, method="PUT", where="partNumber=2", times=1)
+    proxy.inject(fault)
+    url = s3.url("out/interrupted.cbf")
+    args = [executable(), "convert", str(ctf), url, "--stream", "x:64:dense"]
+    p = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if fault.hits or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert fault.hits == 1, "the second part was sent"
+        p.send_signal(signal.SIGINT)
+        # Well before the hanging part would be answered.
+        _, err = p.communicate(timeout=20)
+    finally:
+        p.kill()
+    assert p.returncode == -signal.SIGINT, err
+    assert "interrupted: stopping" in err and url in err and "panicked" not in err, err
+    with pytest.raises(client.exceptions.ClientError, match="404|Not Found"):
+        client.head_object(Bucket=BUCKET, Key="out/interrupted.cbf")
+    assert client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == [], "the upload was aborted"
+    assert list(spool.iterdir()) == [], "the temporary file is removed"
 
 
 def test_an_objects_index_cache_is_kept_locally_and_keyed_on_its_etag(s3: Server, tmp_path: Path) -> None:

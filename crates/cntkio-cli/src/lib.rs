@@ -22,7 +22,7 @@ use clap::Parser;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-pub use signals::{explain_interrupt, explain_sigbus, first_to_end, Explain};
+pub use signals::{ask_to_stop, explain_interrupt, explain_sigbus, first_to_end, stopped_by, Explain};
 
 /// Exit code for valid input.
 pub const EXIT_OK: u8 = 0;
@@ -96,6 +96,12 @@ where
         Err(e) => {
             if output::is_broken_pipe(&e) {
                 return ExitCode::from(EXIT_OK);
+            }
+            let interrupted = matches!(e.kind(), cntkio::ErrorKind::Io { source, .. }
+                if source.kind() == std::io::ErrorKind::Interrupted);
+            if stopped_by().is_some() && interrupted {
+                // Asked to stop by an interrupt, which said so: the binary ends by that signal.
+                return ExitCode::from(EXIT_USAGE);
             }
             eprint!("{}", render::render(&e));
             ExitCode::from(exit_code(&e))

@@ -3,7 +3,13 @@
 fn main() -> std::process::ExitCode {
     keep_freed_memory();
     handle_signals();
-    cntkio_cli::run(std::env::args_os())
+    let code = cntkio_cli::run(std::env::args_os());
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if let Some(sig) = cntkio_cli::stopped_by() {
+        // A conversion stopped by an interrupt (see `on_interrupt`) ends as the signal would have ended it.
+        default_action(sig);
+    }
+    code
 }
 
 /// Signals that end a conversion: `SIGBUS` (a memory-mapped input truncated while it is read), `SIGINT`
@@ -89,10 +95,19 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _context: 
     default_action(sig);
 }
 
-/// The `SIGINT` and `SIGTERM` handler: during a conversion, removes its temporary output and says so;
-/// then the signal ends the process as it would have (the shell sees it).
+/// The `SIGINT` and `SIGTERM` handler: the first interrupt of a conversion into an object asks it to stop
+/// (it aborts its upload; `main` then ends by the signal); otherwise, during a conversion, removes its
+/// temporary output and says so, then the signal ends the process as it would have (the shell sees it).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 extern "C" fn on_interrupt(sig: libc::c_int, _info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+    #[allow(unsafe_code)]
+    // SAFETY: `write` is async-signal-safe; the slices are valid for the call.
+    let mut write = |b: &[u8]| unsafe {
+        libc::write(2, b.as_ptr().cast(), b.len());
+    };
+    if cntkio_cli::ask_to_stop(sig, &mut write) {
+        return;
+    }
     if !cntkio_cli::first_to_end() {
         wait_for_the_end();
     }

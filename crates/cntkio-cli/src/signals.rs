@@ -12,7 +12,7 @@
 
 use std::ffi::{CStr, CString};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// The output of the conversion under way, for the messages.
@@ -33,6 +33,10 @@ static MAPPED: OnceLock<Vec<Mapped>> = OnceLock::new();
 static READING: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// A handler is ending the process ([`first_to_end`]).
 static ENDING: AtomicBool = AtomicBool::new(false);
+/// The conversion under way writes an object: an interrupt asks it to stop ([`ask_to_stop`]).
+static TO_OBJECT: AtomicBool = AtomicBool::new(false);
+/// The signal that asked the conversion to stop; 0 for none.
+static STOP: AtomicI32 = AtomicI32::new(0);
 
 /// `true` for the first handler to ask, which goes on to explain and end the process; `false` for any
 /// other, which must wait for the end without a word. Two threads reading a truncated map both get a
@@ -90,6 +94,7 @@ pub(crate) fn reading_mapped(i: Option<usize>) {
 /// A conversion into `output` begins (a process converts one file: the first call wins).
 pub(crate) fn begin_conversion(output: &Path) {
     let _ = OUTPUT.set(output.display().to_string().into_bytes().into());
+    TO_OBJECT.store(cntkio::remote::is_url(output), Ordering::SeqCst);
     CONVERTING.store(true, Ordering::SeqCst);
 }
 
@@ -100,7 +105,37 @@ pub(crate) fn end_conversion() {
 
 /// The conversion's hooks: its temporary output file is noted for the handlers to remove.
 pub(crate) fn hooks() -> cntkio::convert::Hooks {
-    cntkio::convert::Hooks { on_temporary_file: Some(note_temporary_file), cancel: None }
+    cntkio::convert::Hooks { on_temporary_file: Some(note_temporary_file), cancel: Some(stop_asked) }
+}
+
+/// Whether an interrupt asked the conversion to stop (its [`cntkio::convert::Hooks::cancel`] hook).
+fn stop_asked() -> bool {
+    STOP.load(Ordering::SeqCst) != 0
+}
+
+/// The signal that asked the conversion to stop ([`ask_to_stop`]), once the conversion has stopped: the
+/// binary then ends by it, as the signal would have ended it.
+pub fn stopped_by() -> Option<i32> {
+    Some(STOP.load(Ordering::SeqCst)).filter(|&s| s != 0)
+}
+
+/// What the `SIGINT` and `SIGTERM` handlers do first: the first interrupt of a conversion into an object
+/// asks it to stop, and says so, instead of ending the process: the conversion then stops at its next
+/// check (a chunk written, a part sent, or within 50 ms during an upload), aborts the upload under way,
+/// so that the store keeps neither the object nor the parts sent, and removes its temporary file. Returns
+/// `false`, doing nothing, otherwise (no such conversion, or an interrupt already asked): the handler then
+/// ends the process at once. Safe in a signal handler as [`explain_sigbus`] is.
+pub fn ask_to_stop(sig: i32, write: &mut dyn FnMut(&[u8])) -> bool {
+    if !CONVERTING.load(Ordering::SeqCst) || !TO_OBJECT.load(Ordering::SeqCst) {
+        return false;
+    }
+    if STOP.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        return false;
+    }
+    write(b"\ncntkio: interrupted: stopping; ");
+    write(OUTPUT.get().map_or(&b"the output"[..], |o| &**o));
+    write(b" will not be written (interrupt again to end at once)\n");
+    true
 }
 
 /// Notes the conversion's temporary output file, for the handlers to remove (a

@@ -233,7 +233,8 @@ fn upload_to(
     };
     if len <= part_len {
         let bytes = read_part(len)?;
-        rt.block_on(store.put(location, bytes.into())).map_err(failed)?;
+        // A PUT given up is dropped unfinished: the store keeps nothing of it.
+        rt.block_on(unless_cancelled(store.put(location, bytes.into()), cancel))?.map_err(failed)?;
         return Ok(len);
     }
     let upload = rt.block_on(store.put_multipart(location)).map_err(failed)?;
@@ -241,13 +242,13 @@ fn upload_to(
     let mut sent = 0u64;
     let result = rt.block_on(async {
         while sent < len {
-            parts.wait_for_capacity(PARTS_IN_FLIGHT).await.map_err(failed)?;
-            crate::check_cancel(cancel)?;
+            unless_cancelled(parts.wait_for_capacity(PARTS_IN_FLIGHT), cancel).await?.map_err(failed)?;
             let part = read_part((len - sent).min(part_len))?;
             sent += part.len() as u64;
             parts.put(part);
         }
-        Ok::<(), Error>(())
+        // The last parts in flight, before the upload is completed.
+        unless_cancelled(parts.wait_for_capacity(0), cancel).await?.map_err(failed)
     });
     match result {
         Ok(()) => rt.block_on(parts.finish()).map_err(failed).map(|_| len),
@@ -258,6 +259,27 @@ fn upload_to(
                 log::warn!("cannot abort the upload to {url}: {abort}");
             }
             Err(e)
+        }
+    }
+}
+
+/// How often a transfer asks its `cancel` hook whether to give up.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+
+/// Awaits `f` unless `cancel` says to stop first (asked before and every [`CANCEL_POLL`]): then `f` is
+/// dropped unfinished and the error is [`crate::interrupted`].
+async fn unless_cancelled<T>(
+    f: impl std::future::Future<Output = T>,
+    cancel: Option<fn() -> bool>,
+) -> Result<T, Error> {
+    let Some(cancel) = cancel else { return Ok(f.await) };
+    let mut f = std::pin::pin!(f);
+    loop {
+        if cancel() {
+            return Err(crate::interrupted());
+        }
+        if let Ok(out) = tokio::time::timeout(CANCEL_POLL, &mut f).await {
+            return Ok(out);
         }
     }
 }
@@ -499,6 +521,23 @@ mod tests {
         assert_eq!(source.kind(), std::io::ErrorKind::Interrupted);
         let head = rt.block_on(store.head(&location));
         assert!(matches!(head, Err(object_store::Error::NotFound { .. })), "{head:?}");
+    }
+
+    /// A transfer that never ends is given up once `cancel` says so; one that ends is awaited.
+    #[test]
+    fn a_cancelled_transfer_is_given_up_while_it_waits() {
+        static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let rt = runtime().unwrap();
+        let cancel: Option<fn() -> bool> = Some(|| STOP.load(Ordering::SeqCst));
+        assert_eq!(rt.block_on(unless_cancelled(async { 7 }, cancel)).unwrap(), 7);
+        let stopper = std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(120));
+            STOP.store(true, Ordering::SeqCst);
+        });
+        let e = rt.block_on(unless_cancelled(std::future::pending::<()>(), cancel)).unwrap_err();
+        stopper.join().unwrap();
+        let crate::ErrorKind::Io { source, .. } = e.kind() else { panic!("not an I/O error: {e}") };
+        assert_eq!(source.kind(), std::io::ErrorKind::Interrupted);
     }
 
     #[test]
