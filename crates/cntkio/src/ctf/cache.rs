@@ -21,9 +21,10 @@
 //! recomputed from the records with the current `chunkSizeInBytes`. This format changes only with a new
 //! version number.
 
-use super::index::{build_index, CtfIndex, IndexConfig};
+use super::index::{index_streaming_bytes, IndexConfig};
 use crate::input::InputFile;
 use crate::Error;
+use cntkio_core::ctf::index::ChunkDesc;
 use cntkio_core::ctf::index::IndexMode;
 use cntkio_core::ctf::SequenceDesc;
 use cntkio_core::internal::Chunker;
@@ -123,12 +124,20 @@ fn header(file: &InputFile, cfg: &IndexConfig, mode: IndexMode, count: u64) -> R
     Ok(v)
 }
 
-/// Loads the cached index if it is valid for `file` and `cfg`, else builds it and writes the cache.
-pub(crate) fn load_or_build(
+/// Streams the index of `file` to `on_chunk`, chunk by chunk in file order (chunks of `cfg.chunk_size`):
+/// read from the index cache when it is valid for the file and the options, else built by
+/// [`index_streaming_bytes`] (which hands over the chunks' bytes as it describes there, with `keep`) while
+/// the cache is written, record by record. Memory does not grow with the number of sequences either way:
+/// the cache is read through twice (checked whole, then used), never held. The outer error is the input's
+/// (I/O); the inner one the index's or `on_chunk`'s.
+pub(crate) fn index_cached(
     file: &InputFile,
     cfg: &IndexConfig,
     threads: usize,
-) -> Result<Result<CtfIndex, Error>, Error> {
+    keep: bool,
+    mut on_chunk: impl FnMut(ChunkDesc, Option<&[u8]>) -> Result<(), Error>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Result<IndexMode, Error>, Error> {
     let path = cache_path(file.path(), cfg);
     if file.is_remote() {
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -139,103 +148,258 @@ pub(crate) fn load_or_build(
         };
         if let Some(why) = no_cache {
             log::debug!("no index cache for {}: {why}", file.path().display());
-            return Ok(build_index(file, cfg, threads, &mut |_| {}));
+            return Ok(index_streaming_bytes(file, cfg, threads, keep, on_chunk, progress));
         }
     }
-    match try_load(file, cfg, &path) {
-        Ok(Some(index)) => {
+    match check(file, cfg, &path) {
+        Ok(Some(found)) => {
             log::debug!("using the index cache {}", path.display());
-            return Ok(Ok(index));
+            return replay(file, cfg, &path, found, on_chunk, progress).map(Ok);
         }
         Ok(None) => {}
         Err(e) => log::debug!("ignoring the index cache {}: {e}", path.display()),
     }
-    let index = match build_index(file, cfg, threads, &mut |_| {}) {
-        Ok(i) => i,
-        Err(e) => return Ok(Err(e)),
+    let mut writer = match CacheWriter::new(file, cfg, &path) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            log::warn!("could not write the index cache {}: {e}", path.display());
+            None
+        }
     };
-    if let Err(e) = write(file, cfg, &index, &path) {
-        log::warn!("could not write the index cache {}: {e}", path.display());
+    let built = index_streaming_bytes(
+        file,
+        cfg,
+        threads,
+        keep,
+        |c, bytes| {
+            if let Some(Err(e)) = writer.as_mut().map(|w| w.add(&c)) {
+                log::warn!("could not write the index cache {}: {e}", path.display());
+                writer = None;
+            }
+            on_chunk(c, bytes)
+        },
+        progress,
+    );
+    if let (Ok(mode), Some(w)) = (&built, writer) {
+        if let Err(e) = w.finish(*mode) {
+            log::warn!("could not write the index cache {}: {e}", path.display());
+        }
     }
-    Ok(Ok(index))
+    Ok(built)
 }
 
-/// Writes the cache for `index` (to a temporary file, then renamed).
-pub fn write(file: &InputFile, cfg: &IndexConfig, index: &CtfIndex, path: &Path) -> Result<(), Error> {
-    let count = index.num_sequences();
-    let mut v = header(file, cfg, index.mode, count)?;
-    v.reserve(count as usize * RECORD + 4);
-    // Lines of every sequence (the in-memory index keeps only each chunk's first line): one counting pass.
-    let mut counter = LineCounter::new(file);
-    for c in &index.chunks {
-        for s in &c.sequences {
-            let line = counter.line_at(s.offset)?;
-            v.extend_from_slice(&s.key.to_le_bytes());
-            v.extend_from_slice(&s.offset.to_le_bytes());
-            v.extend_from_slice(&s.len_bytes.to_le_bytes());
-            v.extend_from_slice(&s.num_samples.to_le_bytes());
-            v.extend_from_slice(&line.to_le_bytes());
-        }
-    }
-    let crc = crc32fast::hash(&v);
-    v.extend_from_slice(&crc.to_le_bytes());
-    let mut tmp = crate::output::temporary(path)?;
-    let target = crate::output::Target::new(path, tmp.as_file());
-    tmp.write_all(&v).map_err(|e| target.error(e))?;
-    crate::output::persist(tmp, path, None)
+/// What [`check`] found in a valid cache.
+struct Found {
+    mode: IndexMode,
+    /// Bytes before the records.
+    head: usize,
+    count: u64,
 }
 
-fn try_load(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<CtfIndex>, Error> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(_) => return Ok(None),
-    };
-    if bytes.len() < 4 || bytes.get(..8) != Some(&MAGIC[..]) {
-        return Ok(None);
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - 4);
-    if crc32fast::hash(body).to_le_bytes() != crc {
-        return Ok(None);
-    }
-    for mode in [IndexMode::Ids, IndexMode::Lines] {
-        let count_guess = 0;
-        let h = header(file, cfg, mode, count_guess)?;
-        let fixed = h.len() - 8;
-        if body.len() < h.len() || body[..fixed] != h[..fixed] {
-            continue;
-        }
-        let count = u64::from_le_bytes(body[fixed..fixed + 8].try_into().expect("8 bytes"));
-        let recs = &body[h.len()..];
-        if count.checked_mul(RECORD as u64) != Some(recs.len() as u64) {
-            return Ok(None);
-        }
-        let mut chunker = Chunker::new(cfg.chunk_size, file.len());
-        let mut chunks = Vec::new();
-        let mut prev_end = 0u64;
-        let mut prev_line = 0u64;
-        for r in recs.chunks_exact(RECORD) {
+/// Records read at a time.
+const RECORDS_AT_ONCE: usize = 1 << 15;
+
+/// Reads the `count` records after the first `head` bytes of the cache at `path`, `RECORDS_AT_ONCE` at a
+/// time, handing each to `each`; `each` returns `false` to stop (then so does this, with `false`).
+fn records(
+    path: &Path,
+    head: usize,
+    count: u64,
+    mut each: impl FnMut(SequenceDesc, u64) -> Result<bool, Error>,
+) -> Result<bool, Error> {
+    use std::io::{Read, Seek};
+    let io = |e| Error::io(format!("cannot read the index cache {}", path.display()), e);
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    f.seek(std::io::SeekFrom::Start(head as u64)).map_err(io)?;
+    let mut buf = vec![0u8; RECORDS_AT_ONCE * RECORD];
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(RECORDS_AT_ONCE as u64) as usize;
+        f.read_exact(&mut buf[..n * RECORD]).map_err(io)?;
+        for r in buf[..n * RECORD].chunks_exact(RECORD) {
             let u64at = |a: usize| u64::from_le_bytes(r[a..a + 8].try_into().expect("8 bytes"));
             let u32at = |a: usize| u32::from_le_bytes(r[a..a + 4].try_into().expect("4 bytes"));
             let s = SequenceDesc { key: u64at(0), offset: u64at(8), len_bytes: u32at(16), num_samples: u32at(20) };
-            let line = u64at(24);
+            if !each(s, u64at(24))? {
+                return Ok(false);
+            }
+        }
+        left -= n as u64;
+    }
+    Ok(true)
+}
+
+/// The cache at `path`, if it is valid for `file` and `cfg`: every header field matches the input and the
+/// options, the records are consistent (offsets increasing, inside the file, non-zero lengths and samples,
+/// lines not decreasing) and chunk without error, and the CRC-32 is right. Reads it through once.
+fn check(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<Found>, Error> {
+    use std::io::Read;
+    let Ok(meta) = std::fs::metadata(path) else { return Ok(None) };
+    let len = meta.len();
+    let mut start = Vec::new();
+    let Ok(f) = std::fs::File::open(path) else { return Ok(None) };
+    f.take(512).read_to_end(&mut start).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    if start.get(..8) != Some(&MAGIC[..]) {
+        return Ok(None);
+    }
+    for mode in [IndexMode::Ids, IndexMode::Lines] {
+        let h = header(file, cfg, mode, 0)?;
+        let fixed = h.len() - 8;
+        if start.len() < h.len() || start[..fixed] != h[..fixed] {
+            continue;
+        }
+        let count = u64::from_le_bytes(start[fixed..h.len()].try_into().expect("8 bytes"));
+        let expected = count.checked_mul(RECORD as u64).and_then(|r| r.checked_add(h.len() as u64 + 4));
+        if expected != Some(len) {
+            return Ok(None);
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&start[..h.len()]);
+        let mut chunker = Chunker::new(cfg.chunk_size, file.len());
+        let (mut prev_end, mut prev_line) = (0u64, 0u64);
+        let consistent = records(path, h.len(), count, |s, line| {
+            let mut r = [0u8; RECORD];
+            encode(&s, line, &mut r);
+            crc.update(&r);
             // The end is computed with a check: a record's offset is any number the file holds.
             let end = s.offset.checked_add(u64::from(s.len_bytes)).filter(|&e| e <= file.len());
             // Lines only grow, and a file has no more lines than bytes.
             let line_ok = line >= prev_line && line <= file.len();
             let Some(end) = end.filter(|_| s.offset >= prev_end && s.len_bytes > 0 && s.num_samples > 0 && line_ok)
             else {
-                return Ok(None);
+                return Ok(false);
             };
-            prev_end = end;
-            prev_line = line;
-            if let Some(c) = chunker.push(s, line)? {
-                chunks.push(c);
-            }
+            (prev_end, prev_line) = (end, line);
+            Ok(chunker.push(s, line).is_ok())
+        })?;
+        if !consistent {
+            return Ok(None);
         }
-        chunks.extend(chunker.finish());
-        return Ok(Some(CtfIndex { mode, chunks, file_len: file.len() }));
+        let mut stored = [0u8; 4];
+        std::fs::File::open(path)
+            .and_then(|mut f| {
+                use std::io::Seek;
+                f.seek(std::io::SeekFrom::Start(len - 4))?;
+                f.read_exact(&mut stored)
+            })
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        if crc.finalize().to_le_bytes() != stored {
+            return Ok(None);
+        }
+        return Ok(Some(Found { mode, head: h.len(), count }));
     }
     Ok(None)
+}
+
+/// Hands the chunks of the cache [`check`] found valid to `on_chunk` (with no bytes), re-chunked with the
+/// current chunk size.
+fn replay(
+    file: &InputFile,
+    cfg: &IndexConfig,
+    path: &Path,
+    found: Found,
+    mut on_chunk: impl FnMut(ChunkDesc, Option<&[u8]>) -> Result<(), Error>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<IndexMode, Error> {
+    let mut chunker = Chunker::new(cfg.chunk_size, file.len());
+    let mut deliver = |c: ChunkDesc| {
+        let end = c.end();
+        on_chunk(c, None)?;
+        progress(end);
+        Ok::<(), Error>(())
+    };
+    records(path, found.head, found.count, |s, line| {
+        if let Some(c) = chunker.push(s, line)? {
+            deliver(c)?;
+        }
+        Ok(true)
+    })?;
+    if let Some(c) = chunker.finish() {
+        deliver(c)?;
+    }
+    Ok(found.mode)
+}
+
+/// The 32-byte record of sequence `s` on line `line`.
+fn encode(s: &SequenceDesc, line: u64, out: &mut [u8; RECORD]) {
+    out[..8].copy_from_slice(&s.key.to_le_bytes());
+    out[8..16].copy_from_slice(&s.offset.to_le_bytes());
+    out[16..20].copy_from_slice(&s.len_bytes.to_le_bytes());
+    out[20..24].copy_from_slice(&s.num_samples.to_le_bytes());
+    out[24..].copy_from_slice(&line.to_le_bytes());
+}
+
+/// A cache being written as the index is built: a temporary file beside it holding a header to be
+/// completed, then the records as chunks come; renamed into place by [`CacheWriter::finish`] (dropped
+/// unfinished, it is removed).
+struct CacheWriter<'a> {
+    file: &'a InputFile,
+    cfg: &'a IndexConfig,
+    path: &'a Path,
+    tmp: tempfile::NamedTempFile,
+    head: usize,
+    count: u64,
+    /// The CRC-32 of the records.
+    crc: crc32fast::Hasher,
+    /// Records not written yet.
+    buf: Vec<u8>,
+    /// Lines of every sequence (the index keeps only each chunk's first line): one counting pass.
+    lines: LineCounter<'a>,
+}
+
+impl<'a> CacheWriter<'a> {
+    fn new(file: &'a InputFile, cfg: &'a IndexConfig, path: &'a Path) -> Result<CacheWriter<'a>, Error> {
+        // The header's size does not depend on the mode or the count, which are written at the end.
+        let head = header(file, cfg, IndexMode::Ids, 0)?;
+        let mut tmp = crate::output::temporary(path)?;
+        let target = crate::output::Target::new(path, tmp.as_file());
+        tmp.write_all(&head).map_err(|e| target.error(e))?;
+        let (crc, lines) = (crc32fast::Hasher::new(), LineCounter::new(file));
+        Ok(CacheWriter { file, cfg, path, tmp, head: head.len(), count: 0, crc, buf: Vec::new(), lines })
+    }
+
+    /// Adds the records of chunk `c`'s sequences.
+    fn add(&mut self, c: &ChunkDesc) -> Result<(), Error> {
+        for s in &c.sequences {
+            let mut r = [0u8; RECORD];
+            encode(s, self.lines.line_at(s.offset)?, &mut r);
+            self.buf.extend_from_slice(&r);
+        }
+        self.count += c.sequences.len() as u64;
+        if self.buf.len() >= RECORDS_AT_ONCE * RECORD {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), Error> {
+        self.crc.update(&self.buf);
+        let target = crate::output::Target::new(self.path, self.tmp.as_file());
+        self.tmp.write_all(&self.buf).map_err(|e| target.error(e))?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Completes the header with the index's `mode` and the count, appends the CRC-32, and renames the
+    /// file into place.
+    fn finish(mut self, mode: IndexMode) -> Result<(), Error> {
+        use std::io::Seek;
+        self.flush()?;
+        let head = header(self.file, self.cfg, mode, self.count)?;
+        let target = crate::output::Target::new(self.path, self.tmp.as_file());
+        if head.len() != self.head {
+            return Err(Error::internal("the index cache's header changed size"));
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head);
+        crc.combine(&self.crc);
+        let f = self.tmp.as_file_mut();
+        f.seek(std::io::SeekFrom::Start(0)).map_err(|e| target.error(e))?;
+        f.write_all(&head).map_err(|e| target.error(e))?;
+        f.seek(std::io::SeekFrom::End(0)).map_err(|e| target.error(e))?;
+        f.write_all(&crc.finalize().to_le_bytes()).map_err(|e| target.error(e))?;
+        crate::output::persist(self.tmp, self.path, None)
+    }
 }
 
 /// Counts `\n` from the start of a file up to increasing offsets.

@@ -9,6 +9,7 @@ pub mod scan;
 
 pub use cntkio_core::ctf::index::{ChunkDesc, IndexMode};
 pub use cntkio_core::ctf::SequenceDesc;
+use index::index_streaming_bytes;
 pub use index::{build_index, index_streaming, CtfIndex, IndexConfig};
 pub use infer::infer_schema;
 pub(crate) use infer::survey;
@@ -111,24 +112,16 @@ impl CtfReader {
             chunks.push(c);
         };
         let mut chunks = Vec::new();
-        let index = if options.cache_index {
-            cache::load_or_build(&file, &cfg, threads)?.map(|i| {
-                for c in i.chunks {
-                    add(&mut chunks, c);
-                }
-                CtfIndex { mode: i.mode, chunks: Vec::new(), file_len: i.file_len }
-            })
-        } else {
-            let on_chunk = |c| {
-                add(&mut chunks, c);
-                Ok(())
-            };
-            index_streaming(&file, &cfg, threads, on_chunk, &mut |_| {}).map(|mode| CtfIndex {
-                mode,
-                chunks: Vec::new(),
-                file_len: file.len(),
-            })
+        let on_chunk = |c, _: Option<&[u8]>| {
+            add(&mut chunks, c);
+            Ok(())
         };
+        let mode = if options.cache_index {
+            cache::index_cached(&file, &cfg, threads, false, on_chunk, &mut |_| {})?
+        } else {
+            index_streaming_bytes(&file, &cfg, threads, false, on_chunk, &mut |_| {})
+        };
+        let index = mode.map(|mode| CtfIndex { mode, chunks: Vec::new(), file_len: file.len() });
         let mut index = index.map_err(|e| locate_index_error(e, &file))?;
         index.chunks = chunks;
         let n = index.chunks.len();
@@ -443,6 +436,42 @@ mod tests {
         assert!(compact.compact && compact.index().chunks[0].sequences.is_empty());
         assert_eq!(compact.chunk_sequences(0).unwrap(), full.index().chunks[0].sequences);
         assert_eq!(compact.load_chunk(0).unwrap(), full.load_chunk(0).unwrap());
+    }
+
+    /// The index cache is written as the index is built and read back a chunk at a time, by readers with
+    /// and without sequence tables: every chunk the same as without a cache, and so is a validation's
+    /// count (the scan's path, which builds or reads the cache too). 40,000 sequences: more records than
+    /// are read or written at once.
+    #[test]
+    fn the_index_cache_is_written_and_read_chunk_by_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.ctf");
+        let rows: String = (0..40_000u32).map(|i| format!("{} |a {i} 1\n", i / 2 * 3)).collect();
+        std::fs::write(&path, rows).unwrap();
+        let schema = Schema::new(vec![StreamSpec::new("a", 2, StorageFormat::Dense)]).unwrap();
+        let plain = CtfOptions { chunk_size: 4096, ..CtfOptions::default() };
+        let cached = CtfOptions { cache_index: true, ..plain.clone() };
+        let cache = cache::cache_path(&path, &index_config(&schema, &cached));
+        let want = CtfReader::open(&path, &schema, &plain).unwrap();
+        assert!(want.index().chunks.len() > 40 && want.index().num_sequences() == 20_000);
+        for (budget, round) in [(usize::MAX, "written"), (usize::MAX, "read"), (0, "read, compact")] {
+            let r = CtfReader::open_with_budget(&path, &schema, &cached, Access::Read, 2, budget).unwrap();
+            assert!(cache.exists(), "{round}");
+            assert_eq!(r.chunks(), want.chunks(), "{round}");
+            for k in 0..want.index().chunks.len() {
+                assert_eq!(r.chunk_sequences(k).unwrap(), want.index().chunks[k].sequences, "{round}, chunk {k}");
+            }
+        }
+        let count = |opts: &CtfOptions| {
+            let (file, vo) = (InputFile::open(&path, Access::Read).unwrap(), Default::default());
+            crate::validate::validate_ctf(&file, &schema, opts, &vo, &mut |_| {}, &mut |_| {}).unwrap().sequences
+        };
+        let want = count(&plain);
+        assert_eq!(count(&cached), want, "read from the cache");
+        std::fs::remove_file(&cache).unwrap();
+        assert_eq!(count(&cached), want, "the cache built and written");
+        assert!(cache.exists());
+        assert_eq!(count(&cached), want, "read from the cache again");
     }
 
     /// A file whose only row lacks the definesMBSize stream has no sequence: with or without sequence

@@ -126,26 +126,17 @@ pub(crate) fn scan_file_owned(
         Ok(spare)
     };
 
-    // With `cacheIndex` the whole index is loaded from (or built and written to) the cache first.
-    let cached = if opts.cache_index {
-        Some(super::cache::load_or_build(file, &cfg, scan.threads.max(1))?.map_err(|e| locate_index_error(e, file))?)
-    } else {
-        None
-    };
+    // With `cacheIndex` the index comes from the cache (or is built and written to it as it goes).
+    let cached = opts.cache_index;
     let threads = scan.threads.max(1);
     // Each chunk with its bytes when the indexer has them: it keeps them for the parsers, so that the
     // file is read once.
     let for_each_desc = |f: &mut OnChunk<'_>, progress: &mut dyn FnMut(u64)| -> Result<IndexMode, Error> {
-        match &cached {
-            Some(idx) => {
-                for c in &idx.chunks {
-                    let end = c.end();
-                    f(c.clone(), None)?;
-                    progress(end);
-                }
-                Ok(idx.mode)
-            }
-            None => index_streaming_bytes(file, &cfg, 1, true, |c, b| f(c, b.map(ChunkBytes::Borrowed)), progress),
+        let each = |c, b: Option<&[u8]>| f(c, b.map(ChunkBytes::Borrowed));
+        if cached {
+            super::cache::index_cached(file, &cfg, 1, true, each, progress)?
+        } else {
+            index_streaming_bytes(file, &cfg, 1, true, each, progress)
         }
     };
     // Line mode without a definesMBSize stream and without a cached index: chunks are only cut and the
@@ -157,7 +148,7 @@ pub(crate) fn scan_file_owned(
                               lend: &mut dyn FnMut() -> Vec<u8>,
                               progress: &mut dyn FnMut(u64)|
      -> Result<IndexMode, Error> {
-        if cached.is_none() {
+        if !cached {
             if let Some(mode) = index_line_chunks(
                 file,
                 &cfg,
@@ -180,9 +171,9 @@ pub(crate) fn scan_file_owned(
         let path = file.path().display().to_string();
         // Line mode without a definesMBSize stream: the parser finds the rows as it goes, so each byte
         // is read once (the indexer only cuts chunks); other files take the index.
-        let lines = match &cached {
-            Some(_) => Ok(None),
-            None => index_line_chunks(
+        let lines = match cached {
+            true => Ok(None),
+            false => index_line_chunks(
                 file,
                 &cfg,
                 None,
