@@ -498,3 +498,57 @@ pub fn index_cache(data: &[u8]) {
         assert!(chunk.is_ok() || index != built.index(), "chunk {k} of the file's index fails: {chunk:?}");
     }
 }
+
+/// Decompressed bytes read at most this far into a compressed input (a small input may expand a
+/// thousandfold).
+const DECOMPRESSED_CAP: usize = 16 << 20;
+
+/// The `compressed_read` target: a compressed input (gzip, BGZF, zstd, seekable zstd; the first byte of
+/// the fuzz input is not part of the file) reads the same whatever the order of the reads. One view of it
+/// is read front to back in reads of a size that first byte chooses, as far as it goes (to its end, an
+/// error, or [`DECOMPRESSED_CAP`]); another, opened afresh, at offsets drawn from the input, before and
+/// after the end, so that reads land behind, inside and ahead of a decompression still under way. Every
+/// read of the second that succeeds gives the first's bytes where the first has them.
+pub fn compressed_read(data: &[u8]) {
+    let Some((&flags, file)) = data.split_first() else { return };
+    let (_dir, path) = temp_file("data", file);
+    let open = || cntkio::InputFile::open(&path, cntkio::Access::Read);
+    let Ok(ordered) = open() else { return };
+    if ordered.compression().is_none() {
+        return;
+    }
+    let step = [1usize, 7, 4096, 1 << 16][usize::from(flags & 3)];
+    let (mut whole, mut buf) = (Vec::new(), vec![0u8; step]);
+    let complete = loop {
+        match ordered.read_some(whole.len() as u64, &mut buf) {
+            Ok(0) => break true,
+            Ok(n) => whole.extend_from_slice(&buf[..n]),
+            Err(_) => break false,
+        }
+        if whole.len() > DECOMPRESSED_CAP {
+            return;
+        }
+    };
+    if complete {
+        assert_eq!(ordered.len(), whole.len() as u64, "the length of a stream read to its end");
+    }
+    let Ok(random) = open() else { return };
+    let mut x = u64::from(crc32fast::hash(data)) | 1;
+    for _ in 0..12 {
+        // A xorshift: offsets spread over the data and a little past its end, reads of 1 byte to 64 KiB.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let at = x % (whole.len() as u64 + 3);
+        let len = 1 + (x >> 32) as usize % (64 << 10);
+        let mut got = vec![0u8; len];
+        let Ok(n) = random.read_some(at, &mut got) else { continue };
+        let have = whole.get(at as usize..).unwrap_or_default();
+        let shared = n.min(have.len());
+        assert!(got[..shared] == have[..shared], "a read at {at} of {n} bytes differs from the read in order");
+        if complete {
+            assert!(n <= have.len(), "a read at {at} gave {n} bytes past the end of a stream of {}", whole.len());
+            assert!(n > 0 || have.is_empty(), "a read at {at} gave nothing before the end");
+        }
+    }
+}
