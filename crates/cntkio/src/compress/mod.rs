@@ -26,9 +26,10 @@
 //!   served by the spool, which then decompresses the stream again. (The points view keeps such a window
 //!   of its own.)
 //!
-//! Memory does not grow with the decompressed size in any view but by the seek points of a gzip stream
-//! (a deflated 32 KiB window every 4 MiB, about 0.2% of the data); a decompression bomb fills at most the
-//! temporary directory, which is checked against its free space.
+//! Memory does not grow with the decompressed size in any view but by the seek points of a gzip stream (a
+//! deflated 32 KiB window every 4 MiB, some 0.5% of the data, 256 MiB at most, the points thinned out
+//! beyond); a zstd decompression bomb fills at most the temporary directory, which is checked against its
+//! free space.
 
 mod frames;
 mod inflate;
@@ -225,6 +226,7 @@ impl Decompressed {
             compression.name(),
             match &view {
                 View::Frames(f) => format!("{} frames, read directly", f.count()),
+                View::Points(p) if p.reused() => format!("{} seek points of an earlier pass over the file", p.count()),
                 View::Points(_) => {
                     "decompressed in order into a window of memory, noting seek points that later reads start from"
                         .into()

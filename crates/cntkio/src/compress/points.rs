@@ -11,11 +11,13 @@
 //! A read behind the window decompresses from the nearest point at or before it, or from where an earlier
 //! read stopped if that is nearer ([`DECODERS`] decoders are kept for reads that continue one another); a
 //! read that covers several points decompresses from each of them at once, on the rayon pool. A read
-//! beyond the thread waits for it, and the length is known once it has reached the end.
+//! beyond the thread waits for it, and the length is known once it has reached the end. A later view of
+//! the same local file in this process (a command opens its input several times) starts from the points
+//! of a pass that reached the end, and makes none of its own.
 //!
-//! Memory: the window (48 MiB), the points (one deflated window each, typically 5 to 10 KiB of text's
-//! 32 KiB: about 0.2% of the decompressed size at [`SPAN`] = 4 MiB) and the kept decoders (about 0.3 MiB
-//! each).
+//! Memory: the window (48 MiB), the points (one deflated window each: about 22 KiB of CTF text's 32 KiB,
+//! some 0.5% of the decompressed size at [`SPAN`] = 4 MiB; at most [`BUDGET`]) and the kept decoders
+//! (about 0.4 MiB each).
 
 use super::inflate::{Ending, Flush, Inflate};
 use super::spool::{damaged, TRUNCATED};
@@ -32,6 +34,11 @@ use std::sync::{Arc, Mutex};
 /// millisecond per MiB, small beside a chunk of tens of MiB, while the points cost a 32 KiB window (kept
 /// deflated) per span.
 pub(crate) const SPAN: u64 = if cfg!(test) { 64 << 10 } else { 4 << 20 };
+/// The most memory the points may take: past it, every other point is dropped and the span doubles, so
+/// that memory stays bounded whatever the stream (a crafted one can make 4 MiB of output whose window does
+/// not deflate from 4 KiB of input, 8 times as much memory as file; CTF text takes 256 MiB of points at
+/// about 50 GB).
+const BUDGET: usize = 256 << 20;
 /// Compressed bytes read at a time (an odd few in tests, so that headers and trailers straddle reads).
 const INPUT: usize = if cfg!(test) { 1000 } else { 256 << 10 };
 /// Decoders kept for reads that continue where others stopped.
@@ -61,17 +68,107 @@ struct Index {
     path: String,
     /// The points found so far, in order.
     points: Mutex<Vec<Point>>,
+    /// The most memory the points may take.
+    budget: usize,
+    /// The file's identity, for [`FINISHED`].
+    key: Option<FileKey>,
+}
+
+/// What tells a local file's content apart, for [`FINISHED`]: device, inode, length, modification and
+/// change times (the change time cannot be set back), and a CRC-32 of the first and last 64 KiB. A pass
+/// over [`SHARE_MIN`] bytes takes several ticks of the clock that stamps the times, so a file written again
+/// after a pass was remembered has other times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileKey {
+    device: u64,
+    inode: u64,
+    len: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+    sample: u32,
+}
+
+impl FileKey {
+    /// The key of `source` (`len` bytes), if it is a local file worth remembering (at least
+    /// [`SHARE_MIN`] bytes: smaller ones are decompressed again quickly).
+    fn of(source: &Source, len: u64) -> Option<FileKey> {
+        #[cfg(unix)]
+        if let Source::File(f) = source {
+            use std::os::unix::fs::MetadataExt;
+            let m = f.metadata().ok().filter(|m| m.len() == len && len >= SHARE_MIN)?;
+            let mut sample = [0u8; 64 << 10];
+            let mut crc = crc32fast::Hasher::new();
+            for at in [0, len - sample.len() as u64] {
+                source.read_exact_at(&mut sample, at).ok()?;
+                crc.update(&sample);
+            }
+            return Some(FileKey {
+                device: m.dev(),
+                inode: m.ino(),
+                len,
+                modified: (m.mtime(), m.mtime_nsec()),
+                changed: (m.ctime(), m.ctime_nsec()),
+                sample: crc.finalize(),
+            });
+        }
+        let _ = (source, len);
+        None
+    }
+}
+
+/// The smallest compressed file whose points are remembered (small in tests, so that they have some).
+const SHARE_MIN: u64 = if cfg!(test) { 1 << 20 } else { 8 << 20 };
+
+/// A pass done: its points and the decompressed length.
+#[derive(Debug)]
+struct Done {
+    points: Vec<Point>,
+    len: u64,
+    cost: usize,
+}
+
+/// The passes done in this process over local files, the most recently used last, taking at most
+/// [`BUDGET`] bytes together: a command opens its input several times (to tell its format, to infer a
+/// schema, to read it), and each later view starts from these points, its length known, instead of
+/// decompressing the whole file again first.
+static FINISHED: Mutex<Vec<(FileKey, Arc<Done>)>> = Mutex::new(Vec::new());
+
+/// The pass done over the file with `key`, if one is remembered.
+fn recall(key: &FileKey) -> Option<Arc<Done>> {
+    let mut done = FINISHED.lock().expect("lock");
+    let k = done.iter().position(|(k, _)| k == key)?;
+    let entry = done.remove(k);
+    let found = entry.1.clone();
+    done.push(entry);
+    Some(found)
+}
+
+/// Remembers a pass done, forgetting the least recently used beyond the budget.
+fn remember(key: FileKey, pass: Done) {
+    let mut done = FINISHED.lock().expect("lock");
+    done.retain(|(k, _)| *k != key);
+    done.push((key, Arc::new(pass)));
+    while done.len() > 1 && done.iter().map(|(_, d)| d.cost).sum::<usize>() > BUDGET {
+        done.remove(0);
+    }
 }
 
 /// A gzip stream read through seek points.
 pub(crate) struct Points {
     index: Arc<Index>,
-    /// The thread's most recent output.
-    window: Window,
+    pass: Pass,
     /// Idle decoders, the most recently used last.
     decoders: Mutex<Vec<Decoder>>,
     /// Decoders started from a point.
     started: AtomicU64,
+}
+
+/// The pass in order.
+enum Pass {
+    /// Under way, or to start at the first read: the window of its most recent output.
+    Running(Window),
+    /// Done by an earlier view of the same file: the decompressed length.
+    Done(u64),
 }
 
 impl std::fmt::Debug for Points {
@@ -87,10 +184,28 @@ impl std::fmt::Debug for Points {
 impl Points {
     /// The view of the gzip stream in `source` (`len` compressed bytes); starts no thread.
     pub(crate) fn new(source: Source, len: u64, path: String) -> Points {
-        let index = Arc::new(Index { source, len, path, points: Mutex::new(Vec::new()) });
-        let theirs = index.clone();
-        let window = Window::new(Box::new(move || Ok(Box::new(Indexer::new(theirs)?) as Box<dyn Fill>)));
-        Points { index, window, decoders: Mutex::new(Vec::new()), started: AtomicU64::new(0) }
+        Points::with_budget(source, len, path, BUDGET)
+    }
+
+    /// The view, its points taking at most `budget` bytes.
+    fn with_budget(source: Source, len: u64, path: String, budget: usize) -> Points {
+        let key = FileKey::of(&source, len);
+        let done = key.as_ref().and_then(recall);
+        let points = done.as_ref().map_or_else(Vec::new, |d| d.points.clone());
+        let index = Arc::new(Index { source, len, path, points: Mutex::new(points), budget, key });
+        let pass = match done {
+            Some(d) => Pass::Done(d.len),
+            None => {
+                let theirs = index.clone();
+                Pass::Running(Window::new(Box::new(move || Ok(Box::new(Indexer::new(theirs)?) as Box<dyn Fill>))))
+            }
+        };
+        Points { index, pass, decoders: Mutex::new(Vec::new()), started: AtomicU64::new(0) }
+    }
+
+    /// True when the points come from an earlier view's pass.
+    pub(crate) fn reused(&self) -> bool {
+        matches!(self.pass, Pass::Done(_))
     }
 
     /// The points found so far.
@@ -101,18 +216,33 @@ impl Points {
     /// The decompressed length, once the thread has reached the end (one byte more than it decompressed
     /// if the stream is damaged, so that reading to the end meets the error).
     pub(crate) fn len(&self) -> u64 {
-        let (done, error) = self.window.finish();
-        done + u64::from(error.is_some())
+        match &self.pass {
+            Pass::Running(window) => {
+                let (done, error) = window.finish();
+                done + u64::from(error.is_some())
+            }
+            Pass::Done(len) => *len,
+        }
     }
 
     /// Reads up to `buf.len()` bytes at `offset` (fewer only at the end): from the window, waiting for the
     /// thread if they are ahead of it, or from the points if the window has moved past them.
     pub(crate) fn read_some(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
-        if let Some(n) = self.window.read(offset, buf)? {
+        let window = match &self.pass {
+            Pass::Running(window) => window,
+            Pass::Done(len) => {
+                let n = len.saturating_sub(offset).min(buf.len() as u64) as usize;
+                if n > 0 {
+                    self.decode(offset, &mut buf[..n])?;
+                }
+                return Ok(n);
+            }
+        };
+        if let Some(n) = window.read(offset, buf)? {
             return Ok(n);
         }
         // The window no longer holds `offset`, so the thread has passed it.
-        let behind = self.window.front().saturating_sub(offset).min(buf.len() as u64) as usize;
+        let behind = window.front().saturating_sub(offset).min(buf.len() as u64) as usize;
         if behind == 0 {
             return Err(Error::internal(format!(
                 "{}: decompressed byte {offset} is neither kept nor passed",
@@ -391,6 +521,15 @@ struct Indexer {
     crc: crc32fast::Hasher,
     /// Where the last point is.
     last_point: Option<u64>,
+    /// Decompressed bytes from one point to the next, at least.
+    span: u64,
+    /// The memory the points take.
+    cost: usize,
+}
+
+/// The memory a point takes, roughly.
+fn cost(window: &[u8]) -> usize {
+    window.len() + 64
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -416,17 +555,31 @@ impl Indexer {
             member_out: 0,
             crc: crc32fast::Hasher::new(),
             last_point: None,
+            span: SPAN,
+            cost: 0,
         })
     }
 
-    /// Notes a point here, if the last one is [`SPAN`] bytes back.
+    /// Notes a point here, if the last one is a span back. Past the budget, drops every other point and
+    /// doubles the span.
     fn note(&mut self, bit: u64, window: impl FnOnce(&mut Inflate) -> Vec<u8>) {
-        if self.last_point.is_some_and(|at| self.out - at < SPAN) {
+        if self.last_point.is_some_and(|at| self.out - at < self.span) {
             return;
         }
         self.last_point = Some(self.out);
         let window = pack_window(&window(&mut self.inflate));
-        self.index.points.lock().expect("lock").push(Point { out: self.out, bit, window });
+        let mut points = self.index.points.lock().expect("lock");
+        self.cost += cost(&window);
+        points.push(Point { out: self.out, bit, window });
+        if self.cost > self.index.budget {
+            let mut k = 0;
+            points.retain(|_| {
+                k += 1;
+                k % 2 == 1
+            });
+            self.cost = points.iter().map(|p| cost(&p.window)).sum();
+            self.span *= 2;
+        }
     }
 
     /// One step: a header read, or one call of the decompressor, whose output goes to `buf`. Returns the
@@ -439,6 +592,17 @@ impl Indexer {
                         return Err(Problem::Truncated);
                     }
                     self.phase = Phase::End;
+                    let points = self.index.points.lock().expect("lock").clone();
+                    let windows: usize = points.iter().map(|p| p.window.len()).sum();
+                    log::debug!(
+                        "{}: {} decompressed bytes, {} seek points, their windows {windows} bytes",
+                        self.index.path,
+                        self.out,
+                        points.len()
+                    );
+                    if let Some(key) = self.index.key {
+                        remember(key, Done { points, len: self.out, cost: self.cost });
+                    }
                     return Ok(0);
                 }
                 self.inflate.reset();
@@ -704,6 +868,64 @@ mod tests {
         bytes.extend_from_slice(&member);
         assert_eq!(flate2_reads(&bytes).unwrap(), data);
         check_everywhere(&bytes, &data, &[100_000]);
+    }
+
+    /// Past the budget, every other point goes and the span doubles, as often as needed; reads are the
+    /// same.
+    #[test]
+    fn the_points_stay_within_their_budget() {
+        let data = text(4 << 20);
+        let bytes = gzip(&data, 6);
+        let full = open(&bytes);
+        assert_eq!(full.len(), data.len() as u64);
+        let all = full.index.points.lock().unwrap().clone();
+        let budget = all.iter().map(|p| cost(&p.window)).sum::<usize>() / 5;
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&bytes).unwrap();
+        let p = Points::with_budget(Source::File(Arc::new(f)), bytes.len() as u64, "data.gz".into(), budget);
+        assert_eq!(p.len(), data.len() as u64);
+        let kept = p.index.points.lock().unwrap().clone();
+        assert!(kept.iter().map(|p| cost(&p.window)).sum::<usize>() <= budget);
+        assert!(kept.len() >= 3 && kept.len() < all.len() / 4, "{} of {} points", kept.len(), all.len());
+        assert!(kept.windows(2).all(|w| w[1].out - w[0].out >= 8 * SPAN), "the span doubled three times");
+        assert!(kept.iter().all(|k| all.contains(k)), "points are the same, fewer");
+        for (at, len) in reads(&p, data.len() as u64, &[]) {
+            check(&p, &data, at, len);
+        }
+    }
+
+    /// A second view of a file (same device, inode, length, times, samples) has its points and length at
+    /// once, and no pass; a file changed in place does not.
+    #[test]
+    fn a_later_view_of_a_file_starts_from_the_points_of_the_first_pass() {
+        let data = text(4 << 20);
+        let bytes = gzip(&data, 6);
+        assert!(bytes.len() as u64 >= SHARE_MIN);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data.gz");
+        std::fs::write(&path, &bytes).unwrap();
+        let view = || {
+            let f = std::fs::File::open(&path).unwrap();
+            Points::new(Source::File(Arc::new(f)), bytes.len() as u64, "data.gz".into())
+        };
+        let first = view();
+        assert!(matches!(first.pass, Pass::Running(_)));
+        check(&first, &data, 1000, 10);
+        let early = view();
+        assert!(matches!(early.pass, Pass::Running(_)), "the first pass is not done");
+        assert_eq!(first.len(), data.len() as u64);
+        let second = view();
+        assert!(matches!(second.pass, Pass::Done(n) if n == data.len() as u64));
+        assert_eq!(second.count(), first.count());
+        for (at, len) in reads(&second, data.len() as u64, &[]) {
+            check(&second, &data, at, len);
+        }
+        drop((first, early, second));
+        // Changed in place, the same length: a byte of the first member's first block.
+        let mut changed = bytes.clone();
+        changed[20] ^= 1;
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all(&changed).unwrap();
+        assert!(matches!(view().pass, Pass::Running(_)));
     }
 
     #[test]
