@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Decompressed bytes from one point to the next, at least (fewer in tests, so that small streams have
-/// many). A read behind the window decompresses half of it on average before its first byte: about a
-/// millisecond per MiB, small beside a chunk of tens of MiB, while the points cost a 32 KiB window (kept
+/// many). A read behind the window decompresses half a span on average before its first byte (a few
+/// milliseconds), small beside a chunk of tens of MiB, while the points cost a 32 KiB window (kept
 /// deflated) per span.
 pub(crate) const SPAN: u64 = if cfg!(test) { 64 << 10 } else { 4 << 20 };
 /// The most memory the points may take: past it, every other point is dropped and the span doubles, so
@@ -96,7 +96,7 @@ impl FileKey {
         if let Source::File(f) = source {
             use std::os::unix::fs::MetadataExt;
             let m = f.metadata().ok().filter(|m| m.len() == len && len >= SHARE_MIN)?;
-            let mut sample = [0u8; 64 << 10];
+            let mut sample = vec![0u8; 64 << 10];
             let mut crc = crc32fast::Hasher::new();
             for at in [0, len - sample.len() as u64] {
                 source.read_exact_at(&mut sample, at).ok()?;
