@@ -183,10 +183,10 @@ impl InputFile {
     }
 
     /// Says that the file will be read once, from front to back (a few MiB back and forth, as parallel
-    /// parsing does): a compressed stream that cannot be read at any offset is then decompressed into a
-    /// small window of memory rather than into a temporary file (reads that go back further are served
-    /// all the same, after decompressing the stream again). Only before the first read; no effect on
-    /// other files.
+    /// parsing does): a zstd stream that would be spooled (see [`is_direct`](Self::is_direct)) and declares
+    /// its length is then decompressed into a small window of memory rather than into a temporary file
+    /// (reads that go back further are served all the same, after decompressing the stream again). Only
+    /// before the first read; no effect on other files (gzip never needs a temporary file).
     pub fn read_in_order(&self) {
         if let Some(c) = &self.compressed {
             c.read_in_order();
@@ -218,7 +218,8 @@ impl InputFile {
         self.compressed.as_ref().map(Decompressed::compression)
     }
     /// False for a compressed file whose byte ranges cannot be decompressed on their own (plain gzip,
-    /// zstd frames without declared sizes): its data is decompressed once into a temporary file.
+    /// zstd frames without declared sizes): its data is first decompressed once, in order (a gzip stream
+    /// noting seek points to decompress from later, zstd into a temporary file).
     pub fn is_direct(&self) -> bool {
         self.compressed.as_ref().is_none_or(Decompressed::is_direct)
     }

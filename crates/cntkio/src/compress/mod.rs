@@ -3,28 +3,37 @@
 //!
 //! A compressed file is read through a *decompressed view* with the positional reads of
 //! [`InputFile`](crate::InputFile): offsets and the length are those of the decompressed data. There are
-//! two kinds of view:
+//! four kinds of view:
 //!
 //! - **Frames** ([`frames`]): the file is a series of independently compressed pieces whose sizes are
 //!   known without decompressing anything: BGZF blocks (their headers give each block's size, the last
 //!   four bytes its decompressed size), seekable zstd (its seek table) and zstd frames that declare their
 //!   content size (found by walking frame and block headers). Any byte range is read by decompressing
 //!   the pieces that hold it, several at once on the rayon pool; recently used pieces are kept.
-//! - **Spool** ([`spool`]): a plain gzip stream, or zstd frames without declared sizes or larger than
-//!   [`FRAME_CAP`]. Their state cannot be saved and restored with the decompressors the crates expose
-//!   (zlib's `inflatePrime`/zstd's window are not reachable), so the data is decompressed once, in order,
-//!   by a thread of its own, into an unlinked temporary file that reads then use; a read waits until the
+//! - **Points** ([`points`]): a plain gzip stream. A thread decompresses it once, in order, into a window
+//!   of memory that the readers following it read from, and notes seek points on the way (every few MiB,
+//!   where a deflate block ends: the compressed bit offset and the 32 KiB of data before it, which is how
+//!   zlib's `zran` resumes); a read behind the window decompresses from the nearest point. Nothing is
+//!   written to disk.
+//! - **Spool** ([`spool`]): zstd frames without declared sizes or larger than [`FRAME_CAP`]. A zstd
+//!   decoder's state cannot be saved and restored mid-frame, so the data is decompressed once, in order, by
+//!   a thread of its own, into an unlinked temporary file that reads then use; a read waits until the
 //!   thread has passed its end, so parsing overlaps decompression on the first pass, and later random
 //!   reads cost what reads of a plain file cost.
 //! - **Window** ([`window`]): a spooled stream of known length that its reader reads once, in order
 //!   ([`InputFile::read_in_order`](crate::InputFile::read_in_order): a validation), is decompressed into a
 //!   few blocks of memory instead, and no temporary file is written; a read that goes back past them is
-//!   served by the spool, which then decompresses the stream again.
+//!   served by the spool, which then decompresses the stream again. (The points view keeps such a window
+//!   of its own.)
 //!
-//! Memory does not grow with the decompressed size in any view (a decompression bomb fills at most
-//! the temporary directory, which is checked against its free space).
+//! Memory does not grow with the decompressed size in any view but by the seek points of a gzip stream (a
+//! deflated 32 KiB window every 4 MiB, some 0.5% of the data, 256 MiB at most, the points thinned out
+//! beyond); a zstd decompression bomb fills at most the temporary directory, which is checked against its
+//! free space.
 
 mod frames;
+mod inflate;
+mod points;
 mod spool;
 mod walk;
 mod window;
@@ -37,6 +46,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub(crate) use frames::Frames;
+pub(crate) use points::Points;
 pub(crate) use spool::Spool;
 use walk::{SEEKABLE_MAGIC, SEEK_TABLE_FRAME};
 use window::Window;
@@ -44,7 +54,7 @@ pub(crate) use write::refuse as refuse_compressed_output;
 pub use write::OutputCompression;
 
 /// The largest decompressed piece (BGZF block, zstd frame) that the frames view decompresses whole on
-/// demand; files with larger frames are spooled.
+/// demand; zstd files with larger frames are spooled.
 pub(crate) const FRAME_CAP: u64 = 64 << 20;
 
 /// How an input file is compressed.
@@ -170,9 +180,8 @@ impl std::io::Read for SourceReader {
 pub(crate) struct Decompressed {
     compression: Compression,
     view: View,
-    /// A spooled stream of known length: what a [window](Window) needs (the source, the codec, the path
-    /// shown).
-    stream: Option<(Source, Codec, String)>,
+    /// A spooled stream of known length: what a [window](Window) needs (the source, the path shown).
+    stream: Option<(Source, String)>,
     /// The window, for a caller that reads once in order ([`Decompressed::read_in_order`]).
     window: std::sync::OnceLock<Window>,
     /// Set when a read missed the window: the spool serves every read from then on.
@@ -182,12 +191,13 @@ pub(crate) struct Decompressed {
 #[derive(Debug)]
 enum View {
     Frames(Frames),
+    Points(Points),
     Spool(Spool),
 }
 
 impl Decompressed {
     /// Opens the view of `file` (`len` bytes, compressed with `codec`): walks its block or frame headers
-    /// (reads of a few bytes each) or prepares a spool; decompresses nothing yet.
+    /// (reads of a few bytes each), or prepares seek points or a spool; decompresses nothing yet.
     pub(crate) fn open(file: Source, len: u64, codec: Codec, path: &Path) -> Result<Decompressed, Error> {
         let shown = path.display().to_string();
         let at = |e: Error| if e.position().path.is_none() { e.with_path(shown.clone()) } else { e };
@@ -202,12 +212,13 @@ impl Decompressed {
             },
         };
         let stream = match layout {
-            walk::Layout::Stream { len: Some(_) } => Some((file.clone(), codec, shown.clone())),
+            walk::Layout::Stream { len: Some(_) } => Some((file.clone(), shown.clone())),
             _ => None,
         };
         let view = match layout {
             walk::Layout::Frames(list) => View::Frames(Frames::new(file, compression, list, shown)),
-            walk::Layout::Stream { len } => View::Spool(Spool::new(file, codec, compression, len, shown)?),
+            walk::Layout::Stream { .. } if codec == Codec::Gzip => View::Points(Points::new(file, len, shown)),
+            walk::Layout::Stream { len } => View::Spool(Spool::new(file, compression, len, shown)?),
         };
         log::debug!(
             "{}: {} ({})",
@@ -215,6 +226,11 @@ impl Decompressed {
             compression.name(),
             match &view {
                 View::Frames(f) => format!("{} frames, read directly", f.count()),
+                View::Points(p) if p.reused() => format!("{} seek points of an earlier pass over the file", p.count()),
+                View::Points(_) => {
+                    "decompressed in order into a window of memory, noting seek points that later reads start from"
+                        .into()
+                }
                 View::Spool(_) => "decompressed in order, into a temporary file or a window of memory".into(),
             }
         );
@@ -226,11 +242,14 @@ impl Decompressed {
     /// instead, and no temporary file is written. Reads that go back further than the window keeps are
     /// served by the spool, which then decompresses the stream again from its start.
     pub(crate) fn read_in_order(&self) {
-        let (View::Spool(spool), Some((file, codec, path))) = (&self.view, &self.stream) else { return };
+        let (View::Spool(spool), Some((file, path))) = (&self.view, &self.stream) else { return };
         if spool.started() || self.window.get().is_some() {
             return;
         }
-        let _ = self.window.set(Window::new(file.clone(), *codec, self.compression, path.clone()));
+        let (file, compression, path) = (file.clone(), self.compression, path.clone());
+        let make: window::MakeFill =
+            Box::new(move || Ok(Box::new(Stream::new(file, compression, &path)?) as Box<dyn window::Fill>));
+        let _ = self.window.set(Window::new(make));
     }
 
     /// The compression.
@@ -239,17 +258,19 @@ impl Decompressed {
     }
 
     /// True when any byte range is read directly (BGZF, seekable zstd, zstd frames of known sizes); false
-    /// when the data is decompressed once into a temporary file.
+    /// when the data is first decompressed once, in order (gzip: to seek points; other zstd: into a
+    /// temporary file).
     pub(crate) fn is_direct(&self) -> bool {
         matches!(self.view, View::Frames(_))
     }
 
-    /// The decompressed length. A spooled stream that does not declare it (gzip) is decompressed to its
+    /// The decompressed length. A stream that does not declare it (gzip, some zstd) is decompressed to its
     /// end first; if that fails, one byte more than was decompressed, so that reading to the end gives
     /// the error.
     pub(crate) fn len(&self) -> u64 {
         match &self.view {
             View::Frames(f) => f.len(),
+            View::Points(p) => p.len(),
             View::Spool(s) => s.len(),
         }
     }
@@ -268,6 +289,7 @@ impl Decompressed {
         }
         match &self.view {
             View::Frames(f) => f.read_some(offset, buf),
+            View::Points(p) => p.read_some(offset, buf),
             View::Spool(s) => s.read_some(offset, buf),
         }
     }
@@ -287,7 +309,7 @@ fn spawn(
     }
 }
 
-/// A stream's decompressor, reading `file` from its start.
+/// A zstd stream's decompressor, reading `file` from its start (gzip streams have [`points`]).
 pub(crate) struct Stream {
     decoder: Box<dyn std::io::Read>,
     watch: IoWatch,
@@ -298,21 +320,19 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub(crate) fn new(file: Source, codec: Codec, compression: Compression, path: &str) -> Result<Stream, Error> {
+    pub(crate) fn new(file: Source, compression: Compression, path: &str) -> Result<Stream, Error> {
         let watch = IoWatch::default();
         let src = std::io::BufReader::with_capacity(1 << 20, Watched { inner: file.reader(), watch: watch.clone() });
-        let decoder: Box<dyn std::io::Read> = match codec {
-            Codec::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(src)),
-            Codec::Zstd => Box::new(
-                zstd::stream::read::Decoder::with_buffer(src).map_err(|e| spool::bad(compression, path, 0, &e))?,
-            ),
-        };
-        Ok(Stream { decoder, watch, compression, path: path.to_string(), done: 0 })
+        let decoder =
+            zstd::stream::read::Decoder::with_buffer(src).map_err(|e| spool::bad(compression, path, 0, &e))?;
+        Ok(Stream { decoder: Box::new(decoder), watch, compression, path: path.to_string(), done: 0 })
     }
+}
 
+impl window::Fill for Stream {
     /// Fills `buf` with the next bytes; fewer only at the end of the stream. A failed read of the file is
     /// an I/O error, damaged data a [`compressed`](Error::compressed) one.
-    pub(crate) fn fill(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
         let mut n = 0;
         while n < buf.len() {
             match self.decoder.read(&mut buf[n..]) {

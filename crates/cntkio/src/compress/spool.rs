@@ -1,7 +1,8 @@
 //! The spool: a stream decompressed once, in order, by a thread of its own into an unlinked temporary
 //! file, which reads wait on and then read.
 
-use super::{read_exact_at, Codec, Compression, Source, Stream};
+use super::window::Fill;
+use super::{read_exact_at, Compression, Source, Stream};
 use crate::Error;
 use std::fs::File;
 use std::io::Write;
@@ -17,8 +18,8 @@ const RESERVE: u64 = 256 << 20;
 #[derive(Debug)]
 pub(crate) struct Spool {
     shared: Arc<Shared>,
-    /// The compressed file and codec, until the thread takes them (at the first read).
-    start: Mutex<Option<(Source, Codec)>>,
+    /// The compressed file, until the thread takes it (at the first read).
+    start: Mutex<Option<Source>>,
     /// The decompressed length, when the frames declare it.
     known_len: Option<u64>,
 }
@@ -47,13 +48,7 @@ struct State {
 impl Spool {
     /// A spool for `file`; `len` is the decompressed length if known. Creates the temporary file, and
     /// fails when the temporary directory lacks room for `len` bytes; starts no thread.
-    pub(crate) fn new(
-        file: Source,
-        codec: Codec,
-        compression: Compression,
-        len: Option<u64>,
-        path: String,
-    ) -> Result<Spool, Error> {
+    pub(crate) fn new(file: Source, compression: Compression, len: Option<u64>, path: String) -> Result<Spool, Error> {
         let dir = std::env::temp_dir();
         let out = tempfile::tempfile_in(&dir).map_err(|e| {
             Error::io(format!("cannot create a temporary file in {} to decompress {path} into", dir.display()), e)
@@ -62,12 +57,11 @@ impl Spool {
         if let Some(len) = len.filter(|&l| l > room) {
             return Err(no_room(&path, &dir, len, room));
         }
-        Ok(Spool::with_limit(file, codec, compression, len, path, out, room))
+        Ok(Spool::with_limit(file, compression, len, path, out, room))
     }
 
     fn with_limit(
         file: Source,
-        codec: Codec,
         compression: Compression,
         known_len: Option<u64>,
         path: String,
@@ -83,7 +77,7 @@ impl Spool {
             compression,
             limit,
         };
-        Spool { shared: Arc::new(shared), start: Mutex::new(Some((file, codec))), known_len }
+        Spool { shared: Arc::new(shared), start: Mutex::new(Some(file)), known_len }
     }
 
     /// The decompressed length: declared, or known once the whole stream is decompressed (one byte more
@@ -128,10 +122,10 @@ impl Spool {
 
     /// Starts the decompressing thread, once.
     fn start_thread(&self) {
-        let Some((file, codec)) = self.start.lock().expect("lock").take() else { return };
+        let Some(file) = self.start.lock().expect("lock").take() else { return };
         let (worker, shared) = (self.shared.clone(), self.shared.clone());
         super::spawn(
-            move || decompress(&worker, file, codec),
+            move || decompress(&worker, file),
             move |r| {
                 let mut s = shared.state.lock().expect("lock");
                 s.finished = true;
@@ -149,8 +143,8 @@ impl Drop for Spool {
 }
 
 /// The thread's work: decompresses the stream into `shared.out` step by step, telling readers after each.
-fn decompress(shared: &Shared, file: Source, codec: Codec) -> Result<(), Error> {
-    let mut stream = Stream::new(file, codec, shared.compression, &shared.path)?;
+fn decompress(shared: &Shared, file: Source) -> Result<(), Error> {
+    let mut stream = Stream::new(file, shared.compression, &shared.path)?;
     let mut buf = vec![0u8; STEP];
     let mut out = &shared.out;
     loop {
@@ -181,9 +175,17 @@ fn decompress(shared: &Shared, file: Source, codec: Codec) -> Result<(), Error> 
 /// The error for damaged data, `done` bytes into the decompressed stream.
 pub(super) fn bad(compression: Compression, path: &str, done: u64, e: &std::io::Error) -> Error {
     let what = match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => "the compressed data ends early (is the file truncated?)".to_string(),
+        std::io::ErrorKind::UnexpectedEof => TRUNCATED.to_string(),
         _ => e.to_string(),
     };
+    damaged(compression, path, done, &what)
+}
+
+/// What a stream that ends in the middle of its compressed data is told.
+pub(super) const TRUNCATED: &str = "the compressed data ends early (is the file truncated?)";
+
+/// The error for damaged data (`what` is wrong), `done` bytes into the decompressed stream.
+pub(super) fn damaged(compression: Compression, path: &str, done: u64, what: &str) -> Error {
     Error::compressed(compression.name(), None, format!("{what}, after {done} decompressed bytes"))
         .with_path(path.to_string())
 }
@@ -204,9 +206,9 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn gzip(data: &[u8]) -> File {
+    fn zstd(data: &[u8]) -> File {
         let mut f = tempfile::tempfile().unwrap();
-        let mut e = flate2::write::GzEncoder::new(&mut f, flate2::Compression::fast());
+        let mut e = zstd::stream::Encoder::new(&mut f, 1).unwrap();
         e.write_all(data).unwrap();
         e.finish().unwrap();
         f
@@ -220,11 +222,10 @@ mod tests {
         let spool = |limit| {
             let out = tempfile::tempfile().unwrap();
             Spool::with_limit(
-                Source::File(Arc::new(gzip(&zeros))),
-                Codec::Gzip,
-                Compression::Gzip,
+                Source::File(Arc::new(zstd(&zeros))),
+                Compression::Zstd,
                 None,
-                "bomb.gz".into(),
+                "bomb.zst".into(),
                 out,
                 limit,
             )

@@ -1,11 +1,10 @@
 //! The window: a stream decompressed in order, by a thread of its own, into a few blocks of memory that
-//! reads copy from, for a caller that reads the data once from front to back (a validation). Nothing is
-//! written to disk, and the decompressor writes straight into the blocks. The thread stays at most
-//! [`BLOCKS`] blocks ahead of what was dropped, and drops a block only once the furthest read has passed
-//! it by [`HISTORY`] bytes; a read that starts before the oldest block kept is a miss, which the caller
-//! serves otherwise (see [`super::Decompressed`]).
+//! reads copy from, for a caller that reads the data from front to back (a validation, the first pass over
+//! a gzip stream). Nothing is written to disk, and the decompressor writes straight into the blocks. The
+//! thread stays at most [`BLOCKS`] blocks ahead of what was dropped, and drops a block only once the
+//! furthest read has passed it by [`HISTORY`] bytes; a read that starts before the oldest block kept is a
+//! miss, which the caller serves otherwise (see [`super::Decompressed`] and [`super::points`]).
 
-use super::{Codec, Compression, Source, Stream};
 use crate::Error;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,12 +17,25 @@ const BLOCKS: usize = 12;
 /// How far behind the furthest read a block is still kept (reads on several threads are not in order).
 const HISTORY: u64 = 4 * BLOCK as u64;
 
+/// A decompressor that fills buffers with a stream's next bytes, fewer only at the stream's end.
+pub(crate) trait Fill {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize, Error>;
+}
+
+/// Makes the decompressor, on the window's thread.
+pub(crate) type MakeFill = Box<dyn FnOnce() -> Result<Box<dyn Fill>, Error> + Send>;
+
 /// A stream decompressed into a window of memory.
-#[derive(Debug)]
 pub(crate) struct Window {
     shared: Arc<Shared>,
-    /// The compressed file and codec, until the thread takes them (at the first read).
-    start: Mutex<Option<(Source, Codec)>>,
+    /// What makes the decompressor, until the thread takes it (at the first read).
+    start: Mutex<Option<MakeFill>>,
+}
+
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window").field("shared", &self.shared).finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -32,8 +44,6 @@ struct Shared {
     cond: Condvar,
     /// Set when the window is dropped or given up: the thread stops.
     stop: AtomicBool,
-    path: String,
-    compression: Compression,
 }
 
 #[derive(Debug, Default)]
@@ -55,16 +65,28 @@ struct State {
 }
 
 impl Window {
-    /// A window on `file`'s stream; starts no thread.
-    pub(crate) fn new(file: Source, codec: Codec, compression: Compression, path: String) -> Window {
-        let shared = Shared {
-            state: Mutex::new(State::default()),
-            cond: Condvar::new(),
-            stop: AtomicBool::new(false),
-            path,
-            compression,
-        };
-        Window { shared: Arc::new(shared), start: Mutex::new(Some((file, codec))) }
+    /// A window on the stream that `make`'s decompressor gives; starts no thread.
+    pub(crate) fn new(make: MakeFill) -> Window {
+        let shared = Shared { state: Mutex::new(State::default()), cond: Condvar::new(), stop: AtomicBool::new(false) };
+        Window { shared: Arc::new(shared), start: Mutex::new(Some(make)) }
+    }
+
+    /// Bytes decompressed so far (none of them may be kept any more).
+    pub(crate) fn front(&self) -> u64 {
+        self.shared.state.lock().expect("lock").done
+    }
+
+    /// Lets the thread run to the stream's end, dropping blocks as it goes, and waits for it: the stream's
+    /// length, and the error that stopped it early, if any.
+    pub(crate) fn finish(&self) -> (u64, Option<Error>) {
+        self.start_thread();
+        let mut s = self.shared.state.lock().expect("lock");
+        s.furthest = u64::MAX;
+        self.shared.cond.notify_all();
+        while !s.finished {
+            s = self.shared.cond.wait(s).expect("lock");
+        }
+        (s.done, s.error.clone())
     }
 
     /// Fills `buf` with the bytes at `offset` (fewer at the end of the stream), waiting for the thread to
@@ -120,10 +142,10 @@ impl Window {
 
     /// Starts the decompressing thread, once.
     fn start_thread(&self) {
-        let Some((file, codec)) = self.start.lock().expect("lock").take() else { return };
+        let Some(make) = self.start.lock().expect("lock").take() else { return };
         let (worker, shared) = (self.shared.clone(), self.shared.clone());
         super::spawn(
-            move || decompress(&worker, file, codec),
+            move || decompress(&worker, make),
             move |r| {
                 let mut s = shared.state.lock().expect("lock");
                 s.finished = true;
@@ -141,8 +163,8 @@ impl Drop for Window {
 }
 
 /// The thread's work: decompresses the stream block by block, each once there is room for it.
-fn decompress(shared: &Shared, file: Source, codec: Codec) -> Result<(), Error> {
-    let mut stream = Stream::new(file, codec, shared.compression, &shared.path)?;
+fn decompress(shared: &Shared, make: MakeFill) -> Result<(), Error> {
+    let mut stream = make()?;
     loop {
         let mut block = {
             let mut s = shared.state.lock().expect("lock");
