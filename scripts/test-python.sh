@@ -7,6 +7,8 @@
 #   CNTKIO_VENV=DIR     the virtual environment to create or reuse (default: target/py-venv)
 #   CNTKIO_NO_VENV=1    install into the current interpreter instead ($PYTHON, default python3)
 #   CNTKIO_NO_TORCH=1   do not install PyTorch (its tests are then skipped, with the reason)
+#   CNTKIO_AZURITE=FILE the `azurite-blob` command of the Azure tests (default: installed from npm into
+#                       target/azurite where npm exists; without npm, those tests are skipped, with the reason)
 #
 # The first build compiles the extension and the `cntkio` command in release mode: about 4–5 minutes on 2
 # cores (later builds reuse target/). PyTorch (the `torch` extra) comes from PyPI with its CUDA libraries:
@@ -41,6 +43,13 @@ if [[ "${CNTKIO_NO_TORCH:-}" != "1" ]]; then
 fi
 "$PYTHON" -m pip install --quiet ".[$extras]"
 echo "test-python: built and installed cntkio in $(( $(date +%s) - start )) s" >&2
+# Azurite, the local Azure Blob Storage of the Azure tests (which look for it in target/azurite), comes
+# from npm: about 30 s and 190 MB, once.
+azurite=target/azurite/node_modules/.bin/azurite-blob
+if [[ -z "${CNTKIO_AZURITE:-}" && ! -x "$azurite" ]] && command -v npm >/dev/null; then
+    npm install --prefix target/azurite --no-audit --no-fund --loglevel=error azurite@3 >/dev/null \
+        || echo "test-python: npm could not install Azurite: the Azure tests are skipped" >&2
+fi
 # Run from python/tests' parent with the installed package (not the source tree's python/cntkio, which
 # has no compiled extension): pytest's rootdir is the repository (pyproject.toml), imports use site-packages.
 exec "$PYTHON" -m pytest -p no:cacheprovider "$@"

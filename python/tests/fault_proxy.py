@@ -1,7 +1,8 @@
 """An HTTP proxy for the object-store tests: it forwards every request to a server (moto_server) and injects
 the faults a test asks for, so that cntkio's retries meet real failures on a real connection: error answers
 (500, 503), answers delayed past the client's timeout, and bodies cut mid-way (the headers and half of the
-body sent, then the connection closed)."""
+body sent, then the connection closed). A `Translation` given to it turns requests the server does not
+implement into ones it does."""
 
 from __future__ import annotations
 
@@ -36,12 +37,26 @@ class Fault:
     hits: int = 0
 
 
+class Translation:
+    """Rewrites the requests the server does not implement into requests it does, and adds to the answer
+    the headers the client expects from the original request. This one forwards everything as it is."""
+
+    def request(self, method: str, path: str) -> Tuple[str, str]:
+        """The method and the path (with the query) to send the server instead of `method` and `path`."""
+        return method, path
+
+    def answer_headers(self, method: str, path: str, status: int, body: bytes) -> List[Tuple[str, str]]:
+        """Headers to add to the server's answer (`status`, `body`) to the client's `method` on `path`."""
+        return []
+
+
 class FaultProxy:
     """The proxy, listening on a free port of 127.0.0.1 (`url`) from construction until `close()`."""
 
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, translation: Optional[Translation] = None):
         parsed = urllib.parse.urlsplit(upstream)
         self.upstream = (parsed.hostname or "127.0.0.1", parsed.port or 80)
+        self.translation = translation or Translation()
         self.faults: List[Fault] = []
         self.requests: List[Tuple[str, str]] = []
         self.lock = threading.Lock()
@@ -111,10 +126,11 @@ class _Handler(BaseHTTPRequestHandler):
         conn = http.client.HTTPConnection(*self.proxy.upstream, timeout=60)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
-            conn.request(self.command, self.path, body=body, headers=headers)
+            conn.request(*self.proxy.translation.request(self.command, self.path), body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
             answer_headers = resp.getheaders()
+            answer_headers += self.proxy.translation.answer_headers(self.command, self.path, resp.status, data)
         finally:
             conn.close()
         self.send_response_only(resp.status, resp.reason)

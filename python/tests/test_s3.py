@@ -7,33 +7,38 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, Optional
 
 import pytest
 
 import cntkio
 from cntkio import CBFDeserializer, CTFDeserializer, MinibatchSource
 from fault_proxy import Fault, FaultProxy
+from stores import (
+    LOGREG_CLI,
+    SLOTS_CLI,
+    big_ctf,
+    check_dumps,
+    check_missing_objects,
+    check_python_readers,
+    check_randomized_batches,
+    cli,
+    environment,
+    free_port,
+    keys,
+    sample,
+    start_server,
+    stop,
+)
 from test_convert_inspect import SLOTS, same
 
 boto3 = pytest.importorskip("boto3", reason="moto[server] (the `test` extra) is not installed")
 
-SLOTS_CLI = ["--stream", "word:13:sparse", "--stream", "intent:5:sparse", "--stream", "slot:12:sparse"]
-LOGREG_CLI = ["--stream", "features:2:dense", "--stream", "labels:1:dense"]
 BUCKET = "data"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_moto(extra_env: Optional[Dict[str, str]] = None) -> "tuple[subprocess.Popen[bytes], str]":
@@ -42,33 +47,8 @@ def start_moto(extra_env: Optional[Dict[str, str]] = None) -> "tuple[subprocess.
     if exe is None:
         pytest.skip("moto_server (moto[server], the `test` extra) is not installed")
     port = free_port()
-    env = {**os.environ, **(extra_env or {})}
-    proc = subprocess.Popen(
-        [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(url + "/moto-api/", timeout=2).close()
-            return proc, url
-        except urllib.error.HTTPError:
-            return proc, url  # it answers
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                raise RuntimeError(f"moto_server did not start on {url}")
-            time.sleep(0.2)
-
-
-def stop(proc: "subprocess.Popen[bytes]") -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    return start_server([exe, "-H", "127.0.0.1", "-p", str(port)], url + "/moto-api/", extra_env), url
 
 
 def aws_env(endpoint: str, key: str = "testing") -> Dict[str, str]:
@@ -92,46 +72,25 @@ class Server:
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A moto S3 server holding examples/data/logreg.ctf, slots.ctf and slots.cbf (several chunks) in
-    bucket `data`, with the AWS_* variables set for this process and its children while it runs."""
-    examples = Path(__file__).resolve().parents[2] / "examples" / "data"
-    tmp = tmp_path_factory.mktemp("s3")
-    cbf = tmp / "slots.cbf"
-    assert cntkio.convert(CTFDeserializer(examples / "slots.ctf", SLOTS), cbf, chunk_size=2000)["chunks"] > 1
-    local = {"logreg.ctf": examples / "logreg.ctf", "slots.ctf": examples / "slots.ctf", "dir/slots.cbf": cbf}
+    """A moto S3 server holding the `sample` objects in bucket `data`, with the AWS_* variables set for this
+    process and its children while it runs."""
+    local = sample(tmp_path_factory.mktemp("s3"))
     proc, endpoint = start_moto()
-    saved = {k: os.environ.get(k) for k in aws_env(endpoint)}
     try:
-        os.environ.update(aws_env(endpoint))
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        for name, path in local.items():
-            # Public: an http:// URL reads it with plain GETs (S3's own answers to unsigned requests).
-            acl = "public-read" if name == "logreg.ctf" else "private"
-            client.put_object(Bucket=BUCKET, Key=name, Body=path.read_bytes(), ACL=acl)
-        yield Server(endpoint, local)
+        with environment(aws_env(endpoint)):
+            client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+            client.create_bucket(Bucket=BUCKET)
+            for name, path in local.items():
+                # Public: an http:// URL reads it with plain GETs (S3's own answers to unsigned requests).
+                acl = "public-read" if name == "logreg.ctf" else "private"
+                client.put_object(Bucket=BUCKET, Key=name, Body=path.read_bytes(), ACL=acl)
+            yield Server(endpoint, local)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         stop(proc)
 
 
-def cli(*args: str, env: Optional[Dict[str, str]] = None) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run(
-        [sys.executable, "-m", "cntkio", *args], capture_output=True, text=True, env=env, timeout=300
-    )
-
-
 def test_dump_of_an_object_equals_dump_of_the_file(s3: Server) -> None:
-    for name, streams in [("logreg.ctf", LOGREG_CLI), ("slots.ctf", SLOTS_CLI), ("dir/slots.cbf", [])]:
-        remote = cli("dump", s3.url(name), *streams)
-        local = cli("dump", str(s3.local[name]), *streams)
-        assert remote.returncode == 0, remote.stderr
-        assert local.returncode == 0 and local.stdout
-        assert remote.stdout == local.stdout, name
+    check_dumps(s3)
 
 
 def test_http_urls_read_objects(s3: Server) -> None:
@@ -152,42 +111,15 @@ def test_validate_and_inspect_read_objects(s3: Server) -> None:
 
 
 def test_randomized_batches_from_an_object_equal_the_local_ones(s3: Server) -> None:
-    args = ["--mb-size", "7", "--randomize", "--seed", "3", "--window-chunks", "2", "--max-sweeps", "2"]
-    remote = cli("batches", s3.url("dir/slots.cbf"), *args)
-    local = cli("batches", str(s3.local["dir/slots.cbf"]), *args)
-    assert remote.returncode == 0, remote.stderr
-    assert local.stdout.count('{"mb"') > 10
-    assert remote.stdout == local.stdout
-
-
-def keys(src: MinibatchSource, size: int) -> List[List[int]]:
-    out = []
-    while True:
-        mb = src.next_minibatch(size)
-        if not mb:
-            return out
-        out.append([int(k) for k in mb.sequence_keys])
+    check_randomized_batches(s3)
 
 
 def test_python_readers_read_objects(s3: Server) -> None:
-    same(CBFDeserializer(s3.url("dir/slots.cbf")).read(), CBFDeserializer(s3.local["dir/slots.cbf"]).read())
-    same(CTFDeserializer(s3.url("slots.ctf"), SLOTS).read(), CTFDeserializer(s3.local["slots.ctf"], SLOTS).read())
-
-    def source(path: object) -> MinibatchSource:
-        return MinibatchSource(CBFDeserializer(path), randomization_window_in_chunks=2, randomization_seed=5, max_sweeps=2)
-
-    got = keys(source(s3.url("dir/slots.cbf")), 9)
-    assert len(got) > 5
-    assert got == keys(source(s3.local["dir/slots.cbf"]), 9)
+    check_python_readers(s3)
 
 
 def test_a_missing_object_is_an_io_error_naming_it(s3: Server) -> None:
-    for url in [s3.url("nothing.ctf"), "s3://no-such-bucket/x.ctf"]:
-        r = cli("dump", url, *LOGREG_CLI)
-        assert r.returncode == 2, r.stderr
-        assert url in r.stderr and "does not exist" in r.stderr, r.stderr
-        with pytest.raises(cntkio.NotFoundError, match="does not exist"):
-            CTFDeserializer(url, SLOTS).read()
+    check_missing_objects(s3)
 
 
 def test_refused_credentials_are_a_clear_error(tmp_path: Path) -> None:
@@ -379,12 +311,6 @@ def test_conversions_to_an_object_equal_the_local_ones(
     cntkio.convert(CTFDeserializer(s3.local["slots.ctf"], SLOTS), tmp_path / "py.cbf", chunk_size=2000)
     assert object_bytes(s3, "out/py.cbf") == (tmp_path / "py.cbf").read_bytes()
     assert list(spool.iterdir()) == [], "the temporary files are removed"
-
-
-def big_ctf(path: Path, lines: int) -> None:
-    """A CTF file of `lines` one-sample sequences of 64 dense values (about 250 bytes a line)."""
-    tail = " ".join(str(j % 10) for j in range(63))
-    path.write_text("".join(f"|x {i % 1000} {tail}\n" for i in range(lines)))
 
 
 def test_an_upload_failing_midway_leaves_nothing_at_the_key(

@@ -1,5 +1,5 @@
-//! Objects in an object store as input files: `s3://bucket/key` and `http(s)://host/path`, read by ranged
-//! GETs through the `object_store` crate.
+//! Objects in an object store as input files: `s3://bucket/key`, `gs://bucket/key`, `az://container/key`
+//! and `http(s)://host/path`, read by ranged GETs through the `object_store` crate.
 //!
 //! An object's length, ETag and modification time come from a HEAD at open. Reads go through a small cache
 //! of aligned blocks ([`BLOCK_LEN`] bytes, the [`BLOCKS_KEPT`] most recently used kept), so that a pass
@@ -9,9 +9,11 @@
 //!
 //! S3 is configured from the standard environment (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT_URL_S3`,
 //! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION` or
-//! `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP` for an `http://` endpoint). Transient failures (5xx answers,
-//! timeouts, connections refused or cut, a body cut mid-object) are retried with backoff for up to
-//! [`RETRY_TIMEOUT`] (`CNTKIO_OBJECT_RETRY_TIMEOUT` seconds), a request given up after
+//! `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP` for an `http://` endpoint), Google Cloud Storage and Azure from
+//! theirs (`GOOGLE_*`, `AZURE_*`): a service-account file's `gcs_base_url` and `disable_oauth` point GCS at
+//! a local server, `AZURE_STORAGE_USE_EMULATOR` and `AZURITE_BLOB_STORAGE_URL` point Azure at Azurite.
+//! Transient failures (5xx answers, timeouts, connections refused or cut, a body cut mid-object) are retried
+//! with backoff for up to [`RETRY_TIMEOUT`] (`CNTKIO_OBJECT_RETRY_TIMEOUT` seconds), a request given up after
 //! `CNTKIO_OBJECT_TIMEOUT` seconds (default 30); object_store resumes a body cut mid-object with a ranged GET
 //! for the rest, checked against the ETag. The requests run on one small tokio runtime for the process,
 //! started at the first remote open (and started again in a forked child); the rest of the library stays
@@ -567,8 +569,8 @@ mod tests {
             assert_eq!(location.as_ref(), key, "{url}");
             assert!(is_url(std::path::Path::new(url)));
         }
-        // az:// names a container only: the account comes from AZURE_STORAGE_ACCOUNT_NAME.
-        if std::env::var_os("AZURE_STORAGE_ACCOUNT_NAME").is_none() {
+        // az:// names a container only: the account comes from AZURE_STORAGE_ACCOUNT_NAME (or is Azurite's).
+        if ["AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_USE_EMULATOR"].iter().all(|v| std::env::var_os(v).is_none()) {
             let e = store_for("az://container/a.cbf").expect_err("no account");
             assert!(e.is_io() && e.to_string().contains("az://container/a.cbf"), "{e}");
         }
