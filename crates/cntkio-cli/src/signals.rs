@@ -133,7 +133,7 @@ pub fn ask_to_stop(sig: i32, write: &mut dyn FnMut(&[u8])) -> bool {
         return false;
     }
     write(b"\ncntkio: interrupted: stopping; ");
-    write(OUTPUT.get().map_or(&b"the output"[..], |o| &**o));
+    write(output());
     write(b" will not be written (interrupt again to end at once)\n");
     true
 }
@@ -155,6 +155,12 @@ fn note_temporary_file(path: &Path) {
     let _ = path;
 }
 
+/// The output of the conversion under way, as the messages name it. Safe in a signal handler (a value set
+/// once).
+fn output() -> &'static [u8] {
+    OUTPUT.get().map_or(&b"the output"[..], |o| &**o)
+}
+
 /// The temporary file noted last, if any. Safe in a signal handler (an atomic load and reads of values
 /// set once).
 fn temporary() -> Option<&'static CString> {
@@ -172,7 +178,7 @@ fn clean_up(lead: &[u8], write: &mut dyn FnMut(&[u8]), remove: &dyn Fn(&CStr) ->
         return false;
     }
     write(lead);
-    write(OUTPUT.get().map_or(&b"the output"[..], |o| &**o));
+    write(output());
     match temporary() {
         Some(t) if remove(t) => write(b" was not written; its partial temporary file was removed\n"),
         Some(t) => {

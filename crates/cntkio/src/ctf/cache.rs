@@ -200,13 +200,15 @@ struct Found {
 const RECORDS_AT_ONCE: usize = 1 << 15;
 
 /// Reads the `count` records after the first `head` bytes of the cache at `path`, `RECORDS_AT_ONCE` at a
-/// time, handing each to `each`; `each` returns `false` to stop (then so does this, with `false`).
+/// time, adding their bytes to `crc` and handing each to `each`, then the CRC-32 stored after them. `each`
+/// returns `false` to stop: then so does this, with `None`.
 fn records(
     path: &Path,
     head: usize,
     count: u64,
+    crc: &mut crc32fast::Hasher,
     mut each: impl FnMut(SequenceDesc, u64) -> Result<bool, Error>,
-) -> Result<bool, Error> {
+) -> Result<Option<[u8; 4]>, Error> {
     use std::io::{Read, Seek};
     let io = |e| Error::io(format!("cannot read the index cache {}", path.display()), e);
     let mut f = std::fs::File::open(path).map_err(io)?;
@@ -215,18 +217,22 @@ fn records(
     let mut left = count;
     while left > 0 {
         let n = left.min(RECORDS_AT_ONCE as u64) as usize;
-        f.read_exact(&mut buf[..n * RECORD]).map_err(io)?;
-        for r in buf[..n * RECORD].chunks_exact(RECORD) {
+        let block = &mut buf[..n * RECORD];
+        f.read_exact(block).map_err(io)?;
+        crc.update(block);
+        for r in block.chunks_exact(RECORD) {
             let u64at = |a: usize| u64::from_le_bytes(r[a..a + 8].try_into().expect("8 bytes"));
             let u32at = |a: usize| u32::from_le_bytes(r[a..a + 4].try_into().expect("4 bytes"));
             let s = SequenceDesc { key: u64at(0), offset: u64at(8), len_bytes: u32at(16), num_samples: u32at(20) };
             if !each(s, u64at(24))? {
-                return Ok(false);
+                return Ok(None);
             }
         }
         left -= n as u64;
     }
-    Ok(true)
+    let mut stored = [0u8; 4];
+    f.read_exact(&mut stored).map_err(io)?;
+    Ok(Some(stored))
 }
 
 /// The cache at `path`, if it is valid for `file` and `cfg`: every header field matches the input and the
@@ -257,10 +263,7 @@ fn check(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<Foun
         crc.update(&start[..h.len()]);
         let mut chunker = Chunker::new(cfg.chunk_size, file.len());
         let (mut prev_end, mut prev_line) = (0u64, 0u64);
-        let consistent = records(path, h.len(), count, |s, line| {
-            let mut r = [0u8; RECORD];
-            encode(&s, line, &mut r);
-            crc.update(&r);
+        let stored = records(path, h.len(), count, &mut crc, |s, line| {
             // The end is computed with a check: a record's offset is any number the file holds.
             let end = s.offset.checked_add(u64::from(s.len_bytes)).filter(|&e| e <= file.len());
             // Lines only grow, and a file has no more lines than bytes.
@@ -272,18 +275,7 @@ fn check(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<Foun
             (prev_end, prev_line) = (end, line);
             Ok(chunker.push(s, line).is_ok())
         })?;
-        if !consistent {
-            return Ok(None);
-        }
-        let mut stored = [0u8; 4];
-        std::fs::File::open(path)
-            .and_then(|mut f| {
-                use std::io::Seek;
-                f.seek(std::io::SeekFrom::Start(len - 4))?;
-                f.read_exact(&mut stored)
-            })
-            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        if crc.finalize().to_le_bytes() != stored {
+        if stored != Some(crc.finalize().to_le_bytes()) {
             return Ok(None);
         }
         return Ok(Some(Found { mode, head: h.len(), count }));
@@ -308,7 +300,7 @@ fn replay(
         progress(end);
         Ok::<(), Error>(())
     };
-    records(path, found.head, found.count, |s, line| {
+    records(path, found.head, found.count, &mut crc32fast::Hasher::new(), |s, line| {
         if let Some(c) = chunker.push(s, line)? {
             deliver(c)?;
         }
