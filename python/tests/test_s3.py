@@ -4,6 +4,7 @@ credentials are clear errors."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import signal
@@ -414,3 +415,31 @@ def test_an_objects_index_cache_is_kept_locally_and_keyed_on_its_etag(s3: Server
     swapped = tmp_path / "swapped.ctf"
     swapped.write_text("".join(lines))
     assert third.stdout != local and third.stdout == cli("dump", str(swapped), *LOGREG_CLI).stdout
+
+
+def test_a_gzip_objects_seek_points_are_kept_locally_with_the_index_cache(s3: Server, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = {**os.environ, "CNTKIO_CACHE_DIR": str(cache), "RUST_LOG": "cntkio::compress=debug"}
+    client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
+    key = "cached/logreg.ctf.gz"
+    client.put_object(Bucket=BUCKET, Key=key, Body=gzip.compress(s3.local["logreg.ctf"].read_bytes()))
+    args = ["dump", s3.url(key), *LOGREG_CLI, "--cache-index"]
+    local = cli("dump", str(s3.local["logreg.ctf"]), *LOGREG_CLI).stdout
+
+    first = cli(*args, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == local
+    assert "seek points kept in" in first.stderr, first.stderr
+    assert any(p.name.endswith(".cntkio-points.idx") for p in cache.iterdir()), list(cache.iterdir())
+
+    second = cli(*args, env=env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == local
+    assert "seek points from" in second.stderr and "decompressing to the end" not in second.stderr, second.stderr
+
+    # Replaced (a new ETag): the points are not used, and are written again.
+    client.put_object(Bucket=BUCKET, Key=key, Body=gzip.compress(s3.local["logreg.ctf"].read_bytes(), 1))
+    third = cli(*args, env=env)
+    assert third.returncode == 0, third.stderr
+    assert third.stdout == local
+    assert "seek points from" not in third.stderr and "seek points kept in" in third.stderr, third.stderr

@@ -164,7 +164,8 @@ pub struct ReadArgs {
     /// Element type of every stream: float (default) or double.
     #[arg(long, value_name = "float|double")]
     pub precision: Option<String>,
-    /// Keep the index in a cache file beside the input and reuse it (CNTK's cacheIndex).
+    /// Keep the index in a cache file beside the input and reuse it (CNTK's cacheIndex); for a plain
+    /// gzip file (CTF or CBF), its seek points too, so that a later run need not decompress it all first.
     #[arg(long)]
     pub cache_index: bool,
     /// Drop sequences in which a stream is empty instead of failing (CNTK always fails).

@@ -74,14 +74,27 @@ impl ReadArgs {
             }
             Ok(ctf.clone().expect("set above"))
         };
-        files.iter().map(|f| InputSpec::detect(f, &mut schema)).collect()
+        let specs: Vec<InputSpec> =
+            files.iter().map(|f| InputSpec::detect(f, &mut schema)).collect::<Result<_, _>>()?;
+        Ok(specs.into_iter().map(|s| self.keep_points(s)).collect())
+    }
+
+    /// `--cache-index` for a CBF file: its gzip seek points are kept (CTF files get it with their options).
+    fn keep_points(&self, spec: InputSpec) -> InputSpec {
+        match spec {
+            InputSpec::Cbf(mut i) if self.cache_index => {
+                i.options.cache_index = true;
+                InputSpec::Cbf(i)
+            }
+            other => other,
+        }
     }
 
     /// The inputs of files given without any schema: a CTF file gets the schema its rows suggest
     /// ([`cntkio::ctf::infer_schema`]), for `validate`, which then checks the file's syntax.
     pub fn inferred_jobs(&self, files: &[PathBuf]) -> Result<Vec<InputSpec>, Error> {
         let options = self.options();
-        files.iter().map(|f| InputSpec::inferred(f, &options)).collect()
+        files.iter().map(|f| Ok(self.keep_points(InputSpec::inferred(f, &options)?))).collect()
     }
 
     /// `path` read as CTF with the schema of the flags or of the config.

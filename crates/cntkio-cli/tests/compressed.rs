@@ -196,3 +196,70 @@ fn compressed_outputs_give_the_same_minibatches() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("recompress") && !dir.path().join("x.cbf.zst").exists(), "{err}");
 }
+
+/// With `--cache-index`, a plain gzip file's seek points are kept beside it (CTF and CBF) and a later run
+/// starts from them: the same minibatches, the file not decompressed to its end first. A points file
+/// of other content (the gzip file replaced) is not used, and is written again.
+#[test]
+fn the_seek_points_of_a_gzip_file_are_kept_with_cache_index() {
+    let dir = tempfile::tempdir().unwrap();
+    // Some 12 MB of CTF: several seek points (every 4 MiB or more).
+    let mut text = String::new();
+    for k in 0..240_000u64 {
+        text.push_str(&format!("|a {} {} {} |b {}:1\n", k % 97, k * 7 % 1013, k as f64 / 3.0, k % 10));
+    }
+    let ctf_gz = dir.path().join("data.ctf.gz");
+    std::fs::write(&ctf_gz, compress::gzip(text.as_bytes())).unwrap();
+    let cbf = dir.path().join("data.cbf");
+    let ctf = dir.path().join("data.ctf");
+    std::fs::write(&ctf, &text).unwrap();
+    let streams = ["-s", "a:3:dense", "-s", "b:10:sparse"];
+    let mut convert = vec!["convert", ctf.to_str().unwrap(), cbf.to_str().unwrap()];
+    convert.extend(streams);
+    assert_eq!(cntkio(&convert).0, 0);
+    let cbf_gz = dir.path().join("data.cbf.gz");
+    std::fs::write(&cbf_gz, compress::gzip(&std::fs::read(&cbf).unwrap())).unwrap();
+
+    for (plain, gz, is_ctf) in [(&ctf, &ctf_gz, true), (&cbf, &cbf_gz, false)] {
+        let run = |file: &Path, cache: bool| {
+            let mut a = vec!["batches", "--mb-size", "5000", "--randomize", "--seed", "3", "--chunk-size", "1000000"];
+            if is_ctf {
+                a.extend(streams);
+            }
+            if cache {
+                a.push("--cache-index");
+            }
+            a.push(file.to_str().unwrap());
+            let o = Command::new(env!("CARGO_BIN_EXE_cntkio"))
+                .args(&a)
+                .env("RUST_LOG", "cntkio::compress=debug")
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            (String::from_utf8(o.stdout).unwrap(), String::from_utf8(o.stderr).unwrap())
+        };
+        let (want, _) = run(plain, false);
+        let points = PathBuf::from(format!("{}.cntkio-points.idx", gz.display()));
+        let (first, log) = run(gz, true);
+        assert!(first == want, "{}", gz.display());
+        assert!(log.contains("decompressing to the end"), "{log}");
+        let kept = std::fs::read(&points).unwrap();
+        assert!(log.contains("seek points kept in"), "{log}");
+
+        let (second, log) = run(gz, true);
+        assert!(second == want, "{}", gz.display());
+        assert!(log.contains("seek points from") && !log.contains("decompressing to the end"), "{log}");
+        assert_eq!(std::fs::read(&points).unwrap(), kept, "used as it is");
+
+        // Without the flag the file is not read.
+        let (third, log) = run(gz, false);
+        assert!(third == want && !log.contains("seek points from"), "{log}");
+
+        // The gzip file replaced by another compression of the same data: other points.
+        std::fs::write(gz, compress::gzip_level(&std::fs::read(plain).unwrap(), 1)).unwrap();
+        let (fourth, log) = run(gz, true);
+        assert!(fourth == want, "{}", gz.display());
+        assert!(!log.contains("seek points from") && log.contains("seek points kept in"), "{log}");
+        assert_ne!(std::fs::read(&points).unwrap(), kept, "written again");
+    }
+}

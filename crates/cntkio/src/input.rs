@@ -164,6 +164,31 @@ impl InputFile {
         })
     }
 
+    /// For a plain gzip input, keeps its seek points in the file at `path`, for the content that `key`
+    /// names: read from there when they are there (the length known without decompressing the whole
+    /// stream first), else written there when the first pass ends. Call before reading. Nothing for other
+    /// inputs.
+    pub(crate) fn keep_seek_points(&self, path: &Path, key: Vec<u8>) {
+        if let Some(c) = &self.compressed {
+            c.keep_seek_points(path, key);
+        }
+    }
+
+    /// Reads up to `buf.len()` bytes of the file as stored (compressed, for a compressed file) at
+    /// `offset`; fewer only at its end.
+    pub(crate) fn read_stored(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
+        let shown = || format!("cannot read {}", self.path.display());
+        match (&self.file, &self.remote) {
+            (Some(f), _) => {
+                let n = (self.len.saturating_sub(offset)).min(buf.len() as u64) as usize;
+                read_exact_at(f, &mut buf[..n], offset).map_err(|e| Error::io(shown(), e))?;
+                Ok(n)
+            }
+            (None, Some(r)) => r.read_some(offset, buf),
+            (None, None) => Err(Error::internal("an input with neither file nor object")),
+        }
+    }
+
     /// True for an object in an object store (opened from an `s3://` or `http(s)://` URL).
     pub fn is_remote(&self) -> bool {
         self.remote.is_some()

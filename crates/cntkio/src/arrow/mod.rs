@@ -342,6 +342,10 @@ fn same_shape(a: &DataType, b: &DataType) -> bool {
 /// Parquet or Arrow IPC, from a file's first bytes `head` (at least 6 when it has them) and its last
 /// bytes; `None` for other files.
 pub(crate) fn detect(f: &crate::InputFile, head: &[u8]) -> Result<Option<crate::convert::Format>, Error> {
+    if !head.starts_with(b"PAR1") && !head.starts_with(b"ARROW1") {
+        // The length is not asked for: a gzip stream's is known only once it is decompressed.
+        return Ok(None);
+    }
     let len = f.len();
     let tail = |n: usize| -> Result<Vec<u8>, Error> {
         let mut t = vec![0u8; n];

@@ -52,12 +52,21 @@ pub struct CbfOptions {
     /// `input = [ newName = [ alias = "nameInFile" ] ]` (CBF.md §5). A name that matches no stream is
     /// ignored, as in CNTK (a warning is logged).
     pub renames: Vec<(String, String)>,
+    /// For a plain gzip file: keep its seek points in a file beside it (`<file>.cntkio-points.idx`; for an
+    /// object, in the index cache directory) and start from them later, instead of decompressing the whole
+    /// file to find its trailer. A CBF file carries its own index, so nothing else is cached.
+    pub cache_index: bool,
 }
 
 impl CbfOptions {
     /// Opts in to memory mapping (see the field's promise).
     pub fn mmap(mut self, yes: bool) -> Self {
         self.mmap = yes;
+        self
+    }
+    /// Keeps a plain gzip file's seek points (see the field).
+    pub fn cache_index(mut self, yes: bool) -> Self {
+        self.cache_index = yes;
         self
     }
     /// Sets the limits.
@@ -105,6 +114,9 @@ impl CbfFile {
         let with_path = |e: Error| if e.position().path.is_none() { e.with_path(p.clone()) } else { e };
         let access = if options.mmap { Access::Mmap } else { Access::Read };
         let file = InputFile::open(path, access).map_err(with_path)?;
+        if options.cache_index {
+            crate::ctf::cache::keep_seek_points(&file).map_err(with_path)?;
+        }
         let len = file.len();
         let mut buf = Vec::new();
         let header = (|| {

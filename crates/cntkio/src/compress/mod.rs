@@ -33,6 +33,7 @@
 
 mod frames;
 mod inflate;
+mod kept;
 mod points;
 mod spool;
 mod walk;
@@ -250,6 +251,14 @@ impl Decompressed {
         let make: window::MakeFill =
             Box::new(move || Ok(Box::new(Stream::new(file, compression, &path)?) as Box<dyn window::Fill>));
         let _ = self.window.set(Window::new(make));
+    }
+
+    /// Keeps a plain gzip stream's seek points in the file at `path`, for the content that `key` names
+    /// (see [`Points::keep_in`]); nothing for other views, which need no pass.
+    pub(crate) fn keep_seek_points(&self, path: &Path, key: Vec<u8>) {
+        if let View::Points(p) = &self.view {
+            p.keep_in(path, key);
+        }
     }
 
     /// The compression.

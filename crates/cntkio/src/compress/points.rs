@@ -38,7 +38,7 @@ pub(crate) const SPAN: u64 = if cfg!(test) { 64 << 10 } else { 4 << 20 };
 /// that memory stays bounded whatever the stream (a crafted one can make 4 MiB of output whose window does
 /// not deflate from 4 KiB of input, 8 times as much memory as file; CTF text takes 256 MiB of points at
 /// about 50 GB).
-const BUDGET: usize = 256 << 20;
+pub(crate) const BUDGET: usize = 256 << 20;
 /// Compressed bytes read at a time (an odd few in tests, so that headers and trailers straddle reads).
 const INPUT: usize = if cfg!(test) { 1000 } else { 256 << 10 };
 /// Decoders kept for reads that continue where others stopped.
@@ -72,6 +72,32 @@ struct Index {
     budget: usize,
     /// The file's identity, for [`FINISHED`].
     key: Option<FileKey>,
+    /// Where the points are to be kept on disk, and the pass's end.
+    keep: Mutex<Keep>,
+}
+
+/// Where a pass's points go on disk ([`Points::keep_in`]) and the pass, once it has ended.
+#[derive(Debug, Default)]
+struct Keep {
+    /// The file, and the key that names the compressed content in it.
+    file: Option<(std::path::PathBuf, Vec<u8>)>,
+    /// The pass, ended.
+    done: Option<Arc<Done>>,
+}
+
+impl Keep {
+    /// Writes the ended pass over `len` compressed bytes to the file, if both are there and the file does
+    /// not hold valid points for this content yet.
+    fn write(&self, shown: &str, len: u64) {
+        let (Some((path, key)), Some(done)) = (&self.file, &self.done) else { return };
+        if matches!(super::kept::load(path, key, len), Ok(Some(_))) {
+            return;
+        }
+        match super::kept::save(path, key, done) {
+            Ok(()) => log::debug!("{shown}: {} seek points kept in {}", done.points.len(), path.display()),
+            Err(e) => log::warn!("could not keep the seek points of {shown} in {}: {e}", path.display()),
+        }
+    }
 }
 
 /// What tells a local file's content apart, for [`FINISHED`]: device, inode, length, modification and
@@ -121,10 +147,11 @@ const SHARE_MIN: u64 = if cfg!(test) { 1 << 20 } else { 8 << 20 };
 
 /// A pass done: its points and the decompressed length.
 #[derive(Debug)]
-struct Done {
-    points: Vec<Point>,
-    len: u64,
-    cost: usize,
+pub(crate) struct Done {
+    pub points: Vec<Point>,
+    pub len: u64,
+    /// The memory the points take.
+    pub cost: usize,
 }
 
 /// The passes done in this process over local files, the most recently used last, taking at most
@@ -144,10 +171,10 @@ fn recall(key: &FileKey) -> Option<Arc<Done>> {
 }
 
 /// Remembers a pass done, forgetting the least recently used beyond the budget.
-fn remember(key: FileKey, pass: Done) {
+fn remember(key: FileKey, pass: Arc<Done>) {
     let mut done = FINISHED.lock().expect("lock");
     done.retain(|(k, _)| *k != key);
-    done.push((key, Arc::new(pass)));
+    done.push((key, pass));
     while done.len() > 1 && done.iter().map(|(_, d)| d.cost).sum::<usize>() > BUDGET {
         done.remove(0);
     }
@@ -161,6 +188,8 @@ pub(crate) struct Points {
     decoders: Mutex<Vec<Decoder>>,
     /// Decoders started from a point.
     started: AtomicU64,
+    /// Points read from disk ([`Points::keep_in`]), and the file they came from: they serve every read.
+    loaded: std::sync::OnceLock<(Arc<Done>, std::path::PathBuf)>,
 }
 
 /// The pass in order.
@@ -192,7 +221,8 @@ impl Points {
         let key = FileKey::of(&source, len);
         let done = key.as_ref().and_then(recall);
         let points = done.as_ref().map_or_else(Vec::new, |d| d.points.clone());
-        let index = Arc::new(Index { source, len, path, points: Mutex::new(points), budget, key });
+        let keep = Mutex::new(Keep { file: None, done: done.clone() });
+        let index = Arc::new(Index { source, len, path, points: Mutex::new(points), budget, key, keep });
         let pass = match done {
             Some(d) => Pass::Done(d.len),
             None => {
@@ -200,7 +230,8 @@ impl Points {
                 Pass::Running(Window::new(Box::new(move || Ok(Box::new(Indexer::new(theirs)?) as Box<dyn Fill>))))
             }
         };
-        Points { index, pass, decoders: Mutex::new(Vec::new()), started: AtomicU64::new(0) }
+        let loaded = Default::default();
+        Points { index, pass, decoders: Mutex::new(Vec::new()), started: AtomicU64::new(0), loaded }
     }
 
     /// True when the points come from an earlier view's pass.
@@ -210,36 +241,85 @@ impl Points {
 
     /// The points found so far.
     pub(crate) fn count(&self) -> usize {
-        self.index.points.lock().expect("lock").len()
+        match self.loaded.get() {
+            Some((done, _)) => done.points.len(),
+            None => self.index.points.lock().expect("lock").len(),
+        }
+    }
+
+    /// Keeps the points in the file at `path`, for the content that `key` names: if the file holds the
+    /// points of a pass over that content, they are used from now on (the decompressed length known at
+    /// once, the pass not run); else the points are written there when the pass ends, or at once if it
+    /// has. Call before reading much: a pass under way is given up for points read from the file.
+    pub(crate) fn keep_in(&self, path: &std::path::Path, key: Vec<u8>) {
+        let shown = &self.index.path;
+        let ended = self.index.keep.lock().expect("lock").done.is_some();
+        if !ended {
+            match super::kept::load(path, &key, self.index.len) {
+                Ok(Some(done)) => {
+                    log::debug!("{shown}: {} seek points from {}", done.points.len(), path.display());
+                    let done = Arc::new(done);
+                    if let Some(k) = self.index.key {
+                        remember(k, done.clone());
+                    }
+                    self.index.keep.lock().expect("lock").done = Some(done.clone());
+                    let _ = self.loaded.set((done, path.to_path_buf()));
+                    if let Pass::Running(window) = &self.pass {
+                        window.give_up();
+                    }
+                    return;
+                }
+                Ok(None) => {}
+                Err(why) => log::debug!("{shown}: ignoring the seek points in {}: {why}", path.display()),
+            }
+        }
+        let mut keep = self.index.keep.lock().expect("lock");
+        keep.file = Some((path.to_path_buf(), key));
+        keep.write(shown, self.index.len);
+    }
+
+    /// The decompressed length, if it is known without the pass.
+    fn known_len(&self) -> Option<u64> {
+        match (self.loaded.get(), &self.pass) {
+            (Some((done, _)), _) => Some(done.len),
+            (None, Pass::Done(len)) => Some(*len),
+            (None, Pass::Running(_)) => None,
+        }
     }
 
     /// The decompressed length, once the thread has reached the end (one byte more than it decompressed
     /// if the stream is damaged, so that reading to the end meets the error).
     pub(crate) fn len(&self) -> u64 {
-        match &self.pass {
-            Pass::Running(window) => {
+        match (self.known_len(), &self.pass) {
+            (Some(len), _) => len,
+            (None, Pass::Running(window)) => {
+                if self.index.keep.lock().expect("lock").done.is_none() {
+                    log::debug!("{}: decompressing to the end for the length", self.index.path);
+                }
                 let (done, error) = window.finish();
                 done + u64::from(error.is_some())
             }
-            Pass::Done(len) => *len,
+            (None, Pass::Done(len)) => *len,
         }
     }
 
     /// Reads up to `buf.len()` bytes at `offset` (fewer only at the end): from the window, waiting for the
     /// thread if they are ahead of it, or from the points if the window has moved past them.
     pub(crate) fn read_some(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
-        let window = match &self.pass {
-            Pass::Running(window) => window,
-            Pass::Done(len) => {
-                let n = len.saturating_sub(offset).min(buf.len() as u64) as usize;
-                if n > 0 {
-                    self.decode(offset, &mut buf[..n])?;
-                }
-                return Ok(n);
+        if let Some(len) = self.known_len() {
+            let n = len.saturating_sub(offset).min(buf.len() as u64) as usize;
+            if n > 0 {
+                self.decode(offset, &mut buf[..n])?;
             }
-        };
+            return Ok(n);
+        }
+        let Pass::Running(window) = &self.pass else { unreachable!("a pass done has its length") };
         if let Some(n) = window.read(offset, buf)? {
             return Ok(n);
+        }
+        if self.loaded.get().is_some() {
+            // Given up for points read meanwhile.
+            return self.read_some(offset, buf);
         }
         // The window no longer holds `offset`, so the thread has passed it.
         let behind = window.front().saturating_sub(offset).min(buf.len() as u64) as usize;
@@ -260,10 +340,13 @@ impl Points {
     /// they cover, each decompressed from its point (the first from the point before `offset`).
     fn decode(&self, offset: u64, dst: &mut [u8]) -> Result<(), Error> {
         let end = offset + dst.len() as u64;
-        let starts: Vec<Point> = {
-            let points = self.index.points.lock().expect("lock");
+        let from = |points: &[Point]| -> Vec<Point> {
             let first = points.partition_point(|p| p.out <= offset).saturating_sub(1);
             points[first..].iter().take_while(|p| p.out < end).cloned().collect()
+        };
+        let starts = match self.loaded.get() {
+            Some((done, _)) => from(&done.points),
+            None => from(&self.index.points.lock().expect("lock")),
         };
         if starts.first().is_none_or(|p| p.out > offset) {
             return Err(Error::internal(format!(
@@ -294,7 +377,7 @@ impl Points {
             Some(d) => d,
             None => {
                 self.started.fetch_add(1, Ordering::Relaxed);
-                Decoder::at(&self.index, p).map_err(|e| e.error(&self.index.path, p.out))?
+                Decoder::at(&self.index, p).map_err(|e| self.problem(e, p.out))?
             }
         };
         let read = d.skip_to(at).and_then(|()| d.read(dst));
@@ -303,9 +386,24 @@ impl Points {
                 self.put(d);
                 Ok(())
             }
-            Ok(_) => Err(Problem::Truncated.error(&self.index.path, d.out)),
-            Err(e) => Err(e.error(&self.index.path, d.out)),
+            Ok(_) => Err(self.problem(Problem::Truncated, d.out)),
+            Err(e) => Err(self.problem(e, d.out)),
         }
+    }
+
+    /// The error of a read from a point `done` bytes into the stream, naming the file of points read
+    /// from disk (a damaged one is more likely than a damaged input that passed its check).
+    fn problem(&self, problem: Problem, done: u64) -> Error {
+        let what = match (problem, self.loaded.get()) {
+            (Problem::Truncated, Some(_)) => TRUNCATED.to_string(),
+            (Problem::Damaged(what), Some(_)) => what,
+            (problem, _) => return problem.error(&self.index.path, done),
+        };
+        let file = self.loaded.get().map(|(_, f)| f.display().to_string()).unwrap_or_default();
+        let what = format!(
+            "{what} (read from the seek points kept in {file}: remove that file to decompress the input again)"
+        );
+        damaged(Compression::Gzip, &self.index.path, done, &what)
     }
 
     /// The kept decoder nearest before `at` and not before `floor`, if any.
@@ -528,7 +626,7 @@ struct Indexer {
 }
 
 /// The memory a point takes, roughly.
-fn cost(window: &[u8]) -> usize {
+pub(crate) fn cost(window: &[u8]) -> usize {
     window.len() + 64
 }
 
@@ -600,9 +698,13 @@ impl Indexer {
                         self.out,
                         points.len()
                     );
+                    let done = Arc::new(Done { points, len: self.out, cost: self.cost });
                     if let Some(key) = self.index.key {
-                        remember(key, Done { points, len: self.out, cost: self.cost });
+                        remember(key, done.clone());
                     }
+                    let mut keep = self.index.keep.lock().expect("lock");
+                    keep.done = Some(done);
+                    keep.write(&self.index.path, self.index.len);
                     return Ok(0);
                 }
                 self.inflate.reset();
@@ -980,6 +1082,120 @@ mod tests {
             }
         }
         assert!(errors > 20);
+    }
+
+    /// A view of the file at `path` (`len` bytes) that keeps its points in `kept`, for `key`.
+    fn keeping(path: &std::path::Path, kept: &std::path::Path, key: &[u8]) -> Points {
+        let f = std::fs::File::open(path).unwrap();
+        let len = f.metadata().unwrap().len();
+        let p = Points::new(Source::File(Arc::new(f)), len, "data.gz".into());
+        p.keep_in(kept, key.to_vec());
+        p
+    }
+
+    /// Points kept on disk when the pass ends serve a later view without a pass: its length known at
+    /// once, every read the data's. A file for another key, damaged or cut short is not used, and is
+    /// written again when the pass ends.
+    #[test]
+    fn points_kept_on_disk_serve_a_later_view_without_a_pass() {
+        let data = text(2 << 20);
+        let bytes = [gzip(&data[..1 << 20], 6), gzip(&data[1 << 20..], 9)].concat();
+        // Smaller than what the process remembers, so that only the file can carry the points.
+        assert!((bytes.len() as u64) < SHARE_MIN);
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kept) = (dir.path().join("data.gz"), dir.path().join("data.gz.points"));
+        std::fs::write(&path, &bytes).unwrap();
+
+        let first = keeping(&path, &kept, b"key 1");
+        assert!(first.loaded.get().is_none() && !kept.exists());
+        assert_eq!(first.len(), data.len() as u64);
+        let written = std::fs::read(&kept).unwrap();
+        let points = first.index.points.lock().unwrap().clone();
+        assert!(points.len() > 20, "{} points", points.len());
+
+        let second = keeping(&path, &kept, b"key 1");
+        let (done, from) = second.loaded.get().expect("the points were read from the file");
+        assert_eq!((done.points.clone(), from.as_path()), (points, kept.as_path()));
+        assert_eq!(second.len(), data.len() as u64);
+        for (at, len) in reads(&second, data.len() as u64, &[1 << 20]) {
+            check(&second, &data, at, len);
+        }
+        let Pass::Running(window) = &second.pass else { panic!("a pass") };
+        assert_eq!(window.front(), 0, "the pass did not run");
+
+        // Another key, a flipped byte, a cut: the pass runs, and the file is written again for the key.
+        let mut flipped = written.clone();
+        flipped[written.len() / 2] ^= 4;
+        for (name, file, key) in [
+            ("another key", written.clone(), &b"key 2"[..]),
+            ("a flipped byte", flipped, b"key 1"),
+            ("cut short", written[..written.len() - 100].to_vec(), b"key 1"),
+            ("empty", Vec::new(), b"key 1"),
+        ] {
+            std::fs::write(&kept, &file).unwrap();
+            let p = keeping(&path, &kept, key);
+            assert!(p.loaded.get().is_none(), "{name}");
+            assert_eq!(p.len(), data.len() as u64, "{name}");
+            check(&p, &data, 12345, 100_000);
+            let again = std::fs::read(&kept).unwrap();
+            assert!(matches!(super::super::kept::load(&kept, key, bytes.len() as u64), Ok(Some(_))), "{name}");
+            if key == b"key 1" {
+                assert_eq!(again, written, "{name}");
+            }
+        }
+    }
+
+    /// Asked to keep its points after the pass has ended, a view writes them at once; a file already
+    /// written for the content is left as it is.
+    #[test]
+    fn points_asked_for_after_the_pass_are_written_at_once() {
+        let data = text(1 << 20);
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kept) = (dir.path().join("data.gz"), dir.path().join("kept"));
+        std::fs::write(&path, gzip(&data, 6)).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let len = f.metadata().unwrap().len();
+        let p = Points::new(Source::File(Arc::new(f)), len, "data.gz".into());
+        assert_eq!(p.len(), data.len() as u64);
+        p.keep_in(&kept, b"k".to_vec());
+        let written = std::fs::metadata(&kept).unwrap().modified().unwrap();
+        let again = keeping(&path, &kept, b"k");
+        assert!(again.loaded.get().is_some());
+        check(&again, &data, 500_000, 300_000);
+        p.keep_in(&kept, b"k".to_vec());
+        assert_eq!(std::fs::metadata(&kept).unwrap().modified().unwrap(), written, "not written again");
+    }
+
+    /// A kept point that is wrong (its bit moved by one, the file's CRC-32 made right) gives an error that
+    /// names the file of points, not silently other data.
+    #[test]
+    fn a_wrong_kept_point_is_an_error_that_names_the_kept_file() {
+        let data = text(2 << 20);
+        let bytes = gzip(&data, 6);
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kept) = (dir.path().join("data.gz"), dir.path().join("kept"));
+        std::fs::write(&path, &bytes).unwrap();
+        let first = keeping(&path, &kept, b"k");
+        assert_eq!(first.len(), data.len() as u64);
+        let done = super::super::kept::load(&kept, b"k", bytes.len() as u64).unwrap().unwrap();
+        let mut points = done.points.clone();
+        let k = points.len() / 2;
+        points[k].bit += 1;
+        let wrong = Done { points: points.clone(), len: done.len, cost: done.cost };
+        std::fs::remove_file(&kept).unwrap();
+        super::super::kept::save(&kept, b"k", &wrong).unwrap();
+        let p = keeping(&path, &kept, b"k");
+        assert!(p.loaded.get().is_some());
+        let at = points[k].out;
+        let mut buf = vec![0u8; (points[k + 1].out - at) as usize];
+        match p.read_some(at, &mut buf) {
+            Err(e) => {
+                assert_eq!(e.code(), "E0101", "{e}");
+                assert!(e.to_string().contains(&kept.display().to_string()), "{e}");
+            }
+            // A bit off may still decode: then it must not pass for the data.
+            Ok(n) => assert!(buf[..n] != data[at as usize..at as usize + n], "wrong data read as right"),
+        }
     }
 
     #[test]

@@ -2,24 +2,28 @@
 //! in a local directory (see [`objects_cache_dir`]), named after the object's URL, and keyed on its ETag
 //! (an object whose store gives no ETag gets no cache and is indexed each time).
 //!
-//! **Format, version 3** (little-endian). Name: `<input>.cntkio-<hash>.idx`, `<hash>` = 8 hex digits of a
+//! **Format, version 4** (little-endian). Name: `<input>.cntkio-<hash>.idx`, `<hash>` = 8 hex digits of a
 //! CRC-32 of the options that shape the index (mode selection, main-stream alias); for an object,
 //! `<last part of its key>-<8 hex digits of a CRC-32 of its URL>.cntkio-<hash>.idx` in
-//! [`objects_cache_dir`]. Content: magic
-//! `CNTKIOIX`, `u32` version = 3, `u64` input length (decompressed, for a compressed input), `u8`
-//! compression (0 none, 1 gzip, 2 BGZF, 3 zstd, 4 seekable zstd), `u64` length of the file on disk,
-//! `i64` mtime seconds, `u32` mtime nanoseconds,
-//! `i64` ctime seconds, `i64` ctime nanoseconds, `u64` inode, `u64` device (the change time cannot be set
-//! back, so a file rewritten with its length and modification time restored is still told apart; zeros where
-//! the system has none), `u32` CRC-32 of a content sample of the input (its first and last 64 KiB and 64 bytes at 62 evenly
-//! spaced offsets; for an object, of its ETag instead: an object's modification time is its
-//! `Last-Modified`, and the change time, inode and device are zeros), `u8` skipSequenceIds, `u8` mode (0 ids, 1 lines), `u32` alias length + alias bytes,
-//! `u64` sequence count, then one 32-byte record per sequence (`u64` key, `u64` offset, `u32` length,
-//! `u32` declared samples, `u64` 0-based line), then a `u32` CRC-32 of everything before it. The cache is
-//! used only if every field matches the input and the options, and every record is consistent (offsets
-//! increasing, inside the file, non-zero lengths and samples); anything else is silently rebuilt. Chunks are
-//! recomputed from the records with the current `chunkSizeInBytes`. This format changes only with a new
-//! version number.
+//! [`objects_cache_dir`]. Content: magic `CNTKIOIX`, `u32` version = 4, `u64` input length
+//! (decompressed, for a compressed input), `u8` compression (0 none, 1 gzip, 2 BGZF, 3 zstd, 4 seekable
+//! zstd), then the file's identity: `u64` length of the file on disk, `i64` mtime seconds, `u32` mtime
+//! nanoseconds, `i64` ctime seconds, `i64` ctime nanoseconds, `u64` inode, `u64` device (the change time
+//! cannot be set back, so a file rewritten with its length and modification time restored is still told
+//! apart; zeros where the system has none), `u32` CRC-32 of a content sample of the file as stored
+//! (compressed, for a compressed input: its first and last 64 KiB and 64 bytes at 62 evenly spaced
+//! offsets; for an object, of its ETag instead: an object's modification time is its `Last-Modified`, and
+//! the change time, inode and device are zeros); then `u8` skipSequenceIds, `u8` mode (0 ids, 1 lines),
+//! `u32` alias length + alias bytes, `u64` sequence count, then one 32-byte record per sequence (`u64`
+//! key, `u64` offset, `u32` length, `u32` declared samples, `u64` 0-based line), then a `u32` CRC-32 of
+//! everything before it. The cache is used only if every field matches the input and the options, and
+//! every record is consistent (offsets increasing, inside the file, non-zero lengths and samples);
+//! anything else is silently rebuilt. Chunks are recomputed from the records with the current
+//! `chunkSizeInBytes`. This format changes only with a new version number.
+//!
+//! A plain gzip input also keeps its seek points, in `<input>.cntkio-points.idx` ([`points_path`]; format
+//! in `compress::kept`), keyed on the same identity: a later opening reads them instead of decompressing
+//! the whole stream to learn its length, and reads chunks from them.
 
 use super::index::{index_streaming_bytes, IndexConfig};
 use crate::input::InputFile;
@@ -33,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 const MAGIC: &[u8; 8] = b"CNTKIOIX";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 const RECORD: usize = 32;
 
 /// The cache file used for `input` with these options.
@@ -41,7 +45,18 @@ pub fn cache_path(input: &Path, cfg: &IndexConfig) -> PathBuf {
     let mut h = crc32fast::Hasher::new();
     h.update(&[u8::from(cfg.skip_sequence_ids)]);
     h.update(cfg.main_alias.as_deref().unwrap_or("\u{0}").as_bytes());
-    let suffix = format!(".cntkio-{:08x}.idx", h.finalize());
+    cache_file(input, &format!(".cntkio-{:08x}.idx", h.finalize()))
+}
+
+/// The file that keeps the seek points of `input`, a plain gzip file (see `compress::kept`):
+/// `<input>.cntkio-points.idx`, or for an object, named as its index caches are.
+pub fn points_path(input: &Path) -> PathBuf {
+    cache_file(input, ".cntkio-points.idx")
+}
+
+/// The cache file of `input` that ends with `suffix`: beside it, or for an object in
+/// [`objects_cache_dir`].
+fn cache_file(input: &Path, suffix: &str) -> PathBuf {
     if crate::remote::is_url(input) {
         let url = input.to_string_lossy();
         let last = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
@@ -71,34 +86,34 @@ pub fn objects_cache_dir() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("cntkio-cache"))
 }
 
+/// A CRC-32 of the file as stored (compressed, for a compressed file): its first and last 64 KiB and 64
+/// bytes at 62 evenly spaced offsets; for an object, of its ETag.
 fn content_sample(file: &InputFile) -> Result<u32, Error> {
     if file.is_remote() {
         // The ETag names the object's content: sampling it would fetch a block per sample.
         return Ok(crc32fast::hash(file.etag().unwrap_or_default().as_bytes()));
     }
-    let len = file.len();
+    let len = file.stored_len();
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 64 << 10];
-    let n = file.read_some(0, &mut buf)?;
+    let n = file.read_stored(0, &mut buf)?;
     h.update(&buf[..n]);
     if len > buf.len() as u64 {
-        let n = file.read_some(len - buf.len() as u64, &mut buf)?;
+        let n = file.read_stored(len - buf.len() as u64, &mut buf)?;
         h.update(&buf[..n]);
     }
     let mut small = [0u8; 64];
     for k in 1..63u64 {
-        let n = file.read_some(len / 63 * k, &mut small)?;
+        let n = file.read_stored(len / 63 * k, &mut small)?;
         h.update(&small[..n]);
     }
     Ok(h.finalize())
 }
 
-fn header(file: &InputFile, cfg: &IndexConfig, mode: IndexMode, count: u64) -> Result<Vec<u8>, Error> {
-    let mut v = Vec::with_capacity(64);
-    v.extend_from_slice(MAGIC);
-    v.extend_from_slice(&VERSION.to_le_bytes());
-    v.extend_from_slice(&file.len().to_le_bytes());
-    v.push(file.compression().map_or(0, |c| c.code()));
+/// The fields that name the content of `file` as stored: its length, modification and change times,
+/// inode, device and [`content_sample`].
+fn identity(file: &InputFile) -> Result<Vec<u8>, Error> {
+    let mut v = Vec::with_capacity(52);
     v.extend_from_slice(&file.stored_len().to_le_bytes());
     let (secs, nanos) = match file.modified().and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
         Some(d) => (d.as_secs() as i64, d.subsec_nanos()),
@@ -112,6 +127,17 @@ fn header(file: &InputFile, cfg: &IndexConfig, mode: IndexMode, count: u64) -> R
     v.extend_from_slice(&id.inode.to_le_bytes());
     v.extend_from_slice(&id.device.to_le_bytes());
     v.extend_from_slice(&content_sample(file)?.to_le_bytes());
+    Ok(v)
+}
+
+/// The cache's header for `file` of decompressed length `len`.
+fn header(file: &InputFile, len: u64, cfg: &IndexConfig, mode: IndexMode, count: u64) -> Result<Vec<u8>, Error> {
+    let mut v = Vec::with_capacity(64);
+    v.extend_from_slice(MAGIC);
+    v.extend_from_slice(&VERSION.to_le_bytes());
+    v.extend_from_slice(&len.to_le_bytes());
+    v.push(file.compression().map_or(0, |c| c.code()));
+    v.extend_from_slice(&identity(file)?);
     v.push(u8::from(cfg.skip_sequence_ids));
     v.push(match mode {
         IndexMode::Ids => 0,
@@ -151,6 +177,7 @@ pub(crate) fn index_cached(
             return Ok(index_streaming_bytes(file, cfg, threads, keep, on_chunk, progress));
         }
     }
+    keep_seek_points(file)?;
     match check(file, cfg, &path) {
         Ok(Some(found)) => {
             log::debug!("using the index cache {}", path.display());
@@ -186,6 +213,29 @@ pub(crate) fn index_cached(
         }
     }
     Ok(built)
+}
+
+/// Keeps the seek points of `file`, a plain gzip input, in [`points_path`]: a later opening starts from
+/// them instead of decompressing the whole stream to learn its length.
+pub(crate) fn keep_seek_points(file: &InputFile) -> Result<(), Error> {
+    if file.compression() != Some(crate::compress::Compression::Gzip) {
+        return Ok(());
+    }
+    let path = points_path(file.path());
+    if file.is_remote() {
+        // An object's content is named by its ETag; its points go to the cache directory.
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if file.etag().is_none() || std::fs::create_dir_all(dir).is_err() {
+            log::debug!(
+                "the seek points of {} are not kept: no ETag, or no directory {}",
+                file.path().display(),
+                dir.display()
+            );
+            return Ok(());
+        }
+    }
+    file.keep_seek_points(&path, identity(file)?);
+    Ok(())
 }
 
 /// What [`check`] found in a valid cache.
@@ -249,7 +299,7 @@ fn check(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<Foun
         return Ok(None);
     }
     for mode in [IndexMode::Ids, IndexMode::Lines] {
-        let h = header(file, cfg, mode, 0)?;
+        let h = header(file, file.len(), cfg, mode, 0)?;
         let fixed = h.len() - 8;
         if start.len() < h.len() || start[..fixed] != h[..fixed] {
             continue;
@@ -341,8 +391,9 @@ struct CacheWriter<'a> {
 
 impl<'a> CacheWriter<'a> {
     fn new(file: &'a InputFile, cfg: &'a IndexConfig, path: &'a Path) -> Result<CacheWriter<'a>, Error> {
-        // The header's size does not depend on the mode or the count, which are written at the end.
-        let head = header(file, cfg, IndexMode::Ids, 0)?;
+        // The header's size does not depend on the length, the mode or the count, which are written at
+        // the end (the length of a gzip stream is known only once it is decompressed).
+        let head = header(file, 0, cfg, IndexMode::Ids, 0)?;
         let mut tmp = crate::output::temporary(path)?;
         let target = crate::output::Target::new(path, tmp.as_file());
         tmp.write_all(&head).map_err(|e| target.error(e))?;
@@ -377,7 +428,7 @@ impl<'a> CacheWriter<'a> {
     fn finish(mut self, mode: IndexMode) -> Result<(), Error> {
         use std::io::Seek;
         self.flush()?;
-        let head = header(self.file, self.cfg, mode, self.count)?;
+        let head = header(self.file, self.file.len(), self.cfg, mode, self.count)?;
         let target = crate::output::Target::new(self.path, self.tmp.as_file());
         if head.len() != self.head {
             return Err(Error::internal("the index cache's header changed size"));

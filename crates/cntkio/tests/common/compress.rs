@@ -7,7 +7,12 @@ use cntkio::Compression;
 use std::io::Write;
 
 pub fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip_level(data, 6)
+}
+
+/// gzip at compression `level` (0–9).
+pub fn gzip_level(data: &[u8], level: u32) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
     e.write_all(data).unwrap();
     e.finish().unwrap()
 }
