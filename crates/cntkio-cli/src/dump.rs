@@ -35,7 +35,7 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
         };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);
         let file = InputFile::open(path, a.read.access())?;
-        let progress = Progress::bytes(file.len(), "dumping", quiet);
+        let progress = Progress::bytes(file.known_len().unwrap_or(0), "dumping", quiet);
         let scan = ScanOptions {
             threads: a.read.threads(),
             skip_bad_sequences: a.read.skip_bad_sequences,

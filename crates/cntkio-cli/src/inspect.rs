@@ -34,7 +34,7 @@ pub fn run(a: &InspectArgs, quiet: bool) -> Result<u8, Error> {
         return Ok(EXIT_OK);
     }
     let file = InputFile::open(&a.file, Access::Read)?;
-    let progress = Progress::bytes(file.len(), "inspecting", quiet);
+    let progress = Progress::bytes(file.known_len().unwrap_or(0), "inspecting", quiet);
     let report = inspect_ctf(&file, a.skip_sequence_ids, &mut |b| progress.set(b));
     progress.finish();
     let report = report?;

@@ -144,16 +144,19 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// A bar for `total` bytes.
+    /// A bar for `total` bytes (0: not known, as a gzip stream's length is not before it is read; then
+    /// the bytes done and the rate only).
     pub fn bytes(total: u64, label: &str, quiet: bool) -> Progress {
         if quiet || !std::io::stderr().is_terminal() {
             return Progress { bar: None };
         }
         let bar = indicatif::ProgressBar::new(total);
         bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
+            indicatif::ProgressStyle::with_template(if total == 0 {
+                "{prefix} {bytes} {bytes_per_sec}"
+            } else {
+                "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}"
+            })
             .expect("a valid template")
             .progress_chars("=> "),
         );

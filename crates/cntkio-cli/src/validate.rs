@@ -107,7 +107,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
         }
         let file = InputFile::open(path, access)?;
         signals::reading_mapped(file.is_mapped().then_some(i));
-        let progress = Progress::bytes(file.len(), "validating", quiet);
+        let progress = Progress::bytes(file.known_len().unwrap_or(0), "validating", quiet);
         // Errors are printed as they are found (warnings while no more than --limit errors were).
         let mut shown = 0usize;
         let mut print = |f: Finding<'_>| match f {

@@ -164,6 +164,15 @@ impl InputFile {
         })
     }
 
+    /// The length, if it is known without decompressing the whole file: `None` for a plain gzip stream
+    /// before its first pass has ended (see [`len`](Self::len)).
+    pub fn known_len(&self) -> Option<u64> {
+        match &self.compressed {
+            Some(c) => c.known_len(),
+            None => Some(self.len),
+        }
+    }
+
     /// For a plain gzip input, keeps its seek points in the file at `path`, for the content that `key`
     /// names: read from there when they are there (the length known without decompressing the whole
     /// stream first), else written there when the first pass ends. Call before reading. Nothing for other

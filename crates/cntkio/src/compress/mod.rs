@@ -284,6 +284,15 @@ impl Decompressed {
         }
     }
 
+    /// The decompressed length, if it is known without waiting: `None` for a gzip stream whose pass has
+    /// not ended (a spooled zstd stream's length is waited for, as [`len`](Self::len) does).
+    pub(crate) fn known_len(&self) -> Option<u64> {
+        match &self.view {
+            View::Points(p) => p.known_len(),
+            _ => Some(self.len()),
+        }
+    }
+
     /// Reads up to `buf.len()` bytes at decompressed offset `offset`; returns how many (0 at the end).
     pub(crate) fn read_some(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
         use std::sync::atomic::Ordering;

@@ -278,8 +278,15 @@ impl Points {
         keep.write(shown, self.index.len);
     }
 
-    /// The decompressed length, if it is known without the pass.
-    fn known_len(&self) -> Option<u64> {
+    /// The decompressed length, if it is known without waiting: from points read or remembered, or a
+    /// pass that has ended.
+    pub(crate) fn known_len(&self) -> Option<u64> {
+        self.done_len().or_else(|| self.index.keep.lock().expect("lock").done.as_ref().map(|d| d.len))
+    }
+
+    /// The decompressed length when the points come from elsewhere (read from disk, or remembered from
+    /// an earlier view), which then serve every read.
+    fn done_len(&self) -> Option<u64> {
         match (self.loaded.get(), &self.pass) {
             (Some((done, _)), _) => Some(done.len),
             (None, Pass::Done(len)) => Some(*len),
@@ -290,7 +297,7 @@ impl Points {
     /// The decompressed length, once the thread has reached the end (one byte more than it decompressed
     /// if the stream is damaged, so that reading to the end meets the error).
     pub(crate) fn len(&self) -> u64 {
-        match (self.known_len(), &self.pass) {
+        match (self.done_len(), &self.pass) {
             (Some(len), _) => len,
             (None, Pass::Running(window)) => {
                 if self.index.keep.lock().expect("lock").done.is_none() {
@@ -306,7 +313,7 @@ impl Points {
     /// Reads up to `buf.len()` bytes at `offset` (fewer only at the end): from the window, waiting for the
     /// thread if they are ahead of it, or from the points if the window has moved past them.
     pub(crate) fn read_some(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
-        if let Some(len) = self.known_len() {
+        if let Some(len) = self.done_len() {
             let n = len.saturating_sub(offset).min(buf.len() as u64) as usize;
             if n > 0 {
                 self.decode(offset, &mut buf[..n])?;

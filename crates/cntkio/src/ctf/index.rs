@@ -59,9 +59,9 @@ pub(crate) struct Start {
 pub(crate) fn find_start(file: &InputFile, skip_sequence_ids: bool) -> Result<Start, Error> {
     // The first row is usually in the first bytes: blocks of 64 KiB, not of SCAN_BLOCK (whose fresh
     // zeroed memory would cost more than the search).
+    // The length is not asked for: a gzip stream's is known only once it is decompressed.
     const BLOCK: usize = 64 << 10;
-    let len = file.len();
-    let mut head = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX).min(BLOCK)];
+    let mut head = vec![0u8; BLOCK];
     let n = file.read_some(0, &mut head)?;
     head.truncate(n);
     if is_utf16_bom(&head) {
@@ -82,9 +82,6 @@ pub(crate) fn find_start(file: &InputFile, skip_sequence_ids: bool) -> Result<St
                 first_id_ends(file, pos)?;
             }
             return Ok(Start { offset: pos, line, mode });
-        }
-        if pos >= len {
-            return Err(Error::at(ErrorKind::EmptyFile, 0));
         }
         block.resize(BLOCK, 0);
         let n = file.read_some(pos, &mut block)?;
@@ -185,10 +182,13 @@ pub(crate) fn index_streaming_bytes(
     mut on_chunk: impl FnMut(ChunkDesc, Option<&[u8]>) -> Result<(), Error>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<IndexMode, Error> {
-    let len = file.len();
-    if len == 0 {
+    // A gzip stream's length is known only once it has been decompressed: then the file ends where a read
+    // comes back short, and the index is built as the stream is decompressed, not after.
+    let known = file.known_len();
+    if known == Some(0) {
         return Err(Error::at(ErrorKind::EmptyFile, 0));
     }
+    let len = known.unwrap_or(u64::MAX);
     let start = find_start(file, cfg.skip_sequence_ids)?;
     let scanner = RowScanner::new(start.mode, cfg.main_alias.as_deref());
     let mut asm = SequenceAssembler::new(start.mode, start.line);
@@ -239,8 +239,9 @@ pub(crate) fn index_streaming_bytes(
                     buf.resize(want, 0);
                 }
                 let n = file.read_some(base + filled as u64, &mut buf[filled..want])?;
+                let short = filled + n < want;
                 filled += n;
-                let at_eof = base + filled as u64 >= len;
+                let at_eof = if known.is_some() { base + filled as u64 >= len } else { short };
                 if n == 0 && !at_eof {
                     return Err(file.short_read(base + filled as u64, want - filled));
                 }
@@ -321,7 +322,7 @@ pub(crate) fn index_streaming_bytes(
             base = from;
         }
     }
-    asm.finish_file(len, &mut seqs)?;
+    asm.finish_file(known.unwrap_or(base + filled as u64), &mut seqs)?;
     let mut tail = Vec::new();
     for (seq, line) in seqs.drain(..) {
         if let Some(c) = chunker.push(seq, line)? {
