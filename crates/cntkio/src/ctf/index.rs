@@ -360,14 +360,16 @@ pub(crate) fn index_line_chunks(
     mut on_chunk: impl FnMut(ChunkDesc, ChunkBytes<'_>) -> Result<u64, Error>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Option<IndexMode>, Error> {
-    let len = file.len();
-    if len == 0 || cfg.main_alias.is_some() || cfg.chunk_size >= 1 << 32 {
+    // As in `index_streaming_bytes`: a gzip stream's length is learnt where a read comes back short.
+    let known = file.known_len();
+    if known == Some(0) || cfg.main_alias.is_some() || cfg.chunk_size >= 1 << 32 {
         return Ok(None);
     }
     let start = find_start(file, cfg.skip_sequence_ids)?;
     if start.mode != IndexMode::Lines {
         return Ok(None);
     }
+    let mut len = known.unwrap_or(u64::MAX);
     let max = cfg.chunk_size.min(len);
     let mapped = file.mapped();
     // Positional reads: `buf[..filled]` holds the file's bytes from offset `base` on.
@@ -398,8 +400,17 @@ pub(crate) fn index_line_chunks(
                 buf.copy_within(d..filled, 0);
                 filled -= d;
                 base = at;
-                let need = (wend - base) as usize;
-                fill_to(file, &mut buf, &mut filled, base, need)?;
+                let mut need = (wend - base) as usize;
+                // Without the length, a byte more tells whether the file ends with the window.
+                let probe = need + usize::from(known.is_none());
+                if fill_until(file, &mut buf, &mut filled, base, probe, known.is_none())? {
+                    len = base + filled as u64;
+                    if at == len {
+                        break;
+                    }
+                    need = need.min(filled);
+                }
+                let wend = base + need as u64;
                 if wend == len {
                     len
                 } else if let Some(k) = memchr::memrchr(b'\n', &buf[..need]) {
@@ -416,8 +427,10 @@ pub(crate) fn index_line_chunks(
                         if base + filled as u64 == len {
                             break len;
                         }
-                        let want = (filled + SCAN_BLOCK).min((len - base) as usize);
-                        fill_to(file, &mut buf, &mut filled, base, want)?;
+                        let want = (filled + SCAN_BLOCK).min(usize::try_from(len - base).unwrap_or(usize::MAX));
+                        if fill_until(file, &mut buf, &mut filled, base, want, known.is_none())? {
+                            len = base + filled as u64;
+                        }
                     }
                 }
             }
@@ -484,19 +497,30 @@ impl ChunkBytes<'_> {
     }
 }
 
-/// Reads the file's bytes until `buf[..filled]` holds at least `want` bytes from offset `base` on.
-fn fill_to(file: &InputFile, buf: &mut Vec<u8>, filled: &mut usize, base: u64, want: usize) -> Result<(), Error> {
+/// Reads until `buf[..want]` holds the file's bytes from `base` on (`buf[..filled]` has them already); at
+/// the end of the file first, an error, or when `may_end` (a file whose length is not known yet) true.
+fn fill_until(
+    file: &InputFile,
+    buf: &mut Vec<u8>,
+    filled: &mut usize,
+    base: u64,
+    want: usize,
+    may_end: bool,
+) -> Result<bool, Error> {
     if buf.len() < want {
         buf.resize(want, 0);
     }
     while *filled < want {
         let n = file.read_some(base + *filled as u64, &mut buf[*filled..want])?;
         if n == 0 {
+            if may_end {
+                return Ok(true);
+            }
             return Err(file.short_read(base + *filled as u64, want - *filled));
         }
         *filled += n;
     }
-    Ok(())
+    Ok(false)
 }
 
 /// A chunk's bytes, when they are at hand: in the map, or (with `keep`) in `buf`, which holds the file's
@@ -605,6 +629,61 @@ mod tests {
             assert_eq!(chunks(&read, &cfg, Some(&mut lend)), want, "chunk size {chunk_size}");
             // A mapped file's chunks stay borrowed from the map.
             assert_eq!(chunks(&mapped, &cfg, Some(&mut || Vec::new())), want);
+        }
+    }
+
+    /// A gzip file, whose length is learnt only at its end, is cut into the plain file's chunks by both
+    /// indexers: files with and without a last newline, ending in a row longer than a chunk, with chunk
+    /// sizes that end a chunk exactly at the end of the file, one byte before and after it.
+    #[test]
+    fn a_gzip_file_is_indexed_as_the_plain_file_without_its_length() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let mut rows = Vec::new();
+        for r in 0..2000u32 {
+            rows.extend_from_slice(format!("|a {} {}\n", r % 17, r * 31 % 1000).as_bytes());
+        }
+        let long = [&rows[..], b"|a", &b" 7".repeat(600), b"\n"].concat();
+        for (name, text) in
+            [("rows", rows.clone()), ("no last newline", rows[..rows.len() - 1].to_vec()), ("long last row", long)]
+        {
+            let (plain, gz) = (dir.path().join("t.ctf"), dir.path().join("t.ctf.gz"));
+            std::fs::write(&plain, &text).unwrap();
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(&text).unwrap();
+            std::fs::write(&gz, e.finish().unwrap()).unwrap();
+            let n = text.len() as u64;
+            for chunk_size in [64u64, 700, 4096, n - 1, n, n + 1, 1 << 20] {
+                let cfg = IndexConfig { skip_sequence_ids: false, main_alias: None, chunk_size };
+                let open = |p: &std::path::Path| InputFile::open(p, Access::Read).unwrap();
+                let compressed = open(&gz);
+                assert_eq!(compressed.known_len(), None, "{name}");
+                let brief = |v: Vec<(ChunkDesc, Vec<u8>)>| -> Vec<(ChunkDesc, u32)> {
+                    v.into_iter().map(|(d, b)| (d, crc32fast::hash(&b))).collect()
+                };
+                let want = brief(chunks(&open(&plain), &cfg, None));
+                assert_eq!(brief(chunks(&compressed, &cfg, None)), want, "{name}, {chunk_size}");
+                let mut lend = Vec::new;
+                assert_eq!(brief(chunks(&open(&gz), &cfg, Some(&mut lend))), want, "{name}, {chunk_size}, lent");
+                let streamed = |f: &InputFile| {
+                    let mut got = Vec::new();
+                    let mode = index_streaming_bytes(
+                        f,
+                        &cfg,
+                        2,
+                        true,
+                        |c, b| {
+                            got.push((c, b.map(crc32fast::hash)));
+                            Ok(())
+                        },
+                        &mut |_| {},
+                    );
+                    (mode.unwrap(), got)
+                };
+                let compressed = open(&gz);
+                assert_eq!(streamed(&compressed), streamed(&open(&plain)), "{name}, {chunk_size}");
+                assert_eq!(compressed.known_len(), Some(n));
+            }
         }
     }
 }
