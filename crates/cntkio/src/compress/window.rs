@@ -1,8 +1,8 @@
 //! The window: a stream decompressed in order, by a thread of its own, into a few blocks of memory that
 //! reads copy from, for a caller that reads the data from front to back (a validation, the first pass over
 //! a gzip stream). Nothing is written to disk, and the decompressor writes straight into the blocks. The
-//! thread stays at most [`BLOCKS`] blocks ahead of what was dropped, and drops a block only once the
-//! furthest read has passed it by [`HISTORY`] bytes; a read that starts before the oldest block kept is a
+//! thread stays at most [`BLOCKS`] blocks ahead of what was dropped and [`AHEAD`] bytes ahead of the
+//! furthest read, and drops a block only once the furthest read has passed it by [`HISTORY`] bytes; a read that starts before the oldest block kept is a
 //! miss, which the caller serves otherwise (see [`super::Decompressed`] and [`super::points`]).
 
 use crate::Error;
@@ -16,6 +16,9 @@ pub(super) const BLOCK: usize = if cfg!(test) { 64 << 10 } else { 4 << 20 };
 const BLOCKS: usize = 12;
 /// How far behind the furthest read a block is still kept (reads on several threads are not in order).
 const HISTORY: u64 = 4 * BLOCK as u64;
+/// How far ahead of the furthest read the thread decompresses: enough to keep a reader in order from
+/// waiting, and no more (a view opened to read a file's first bytes costs a few blocks, not the window).
+const AHEAD: u64 = 4 * BLOCK as u64;
 
 /// A decompressor that fills buffers with a stream's next bytes, fewer only at the stream's end.
 pub(crate) trait Fill {
@@ -172,6 +175,10 @@ fn decompress(shared: &Shared, make: MakeFill) -> Result<(), Error> {
                 if shared.stop.load(Ordering::Relaxed) {
                     return Ok(());
                 }
+                if s.done >= s.furthest.saturating_add(AHEAD) {
+                    s = shared.cond.wait(s).expect("lock");
+                    continue;
+                }
                 if s.blocks.len() < BLOCKS {
                     break;
                 }
@@ -195,5 +202,56 @@ fn decompress(shared: &Shared, make: MakeFill) -> Result<(), Error> {
         if n < BLOCK {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// A stream of `len` bytes (`k as u8` at offset k), counting what it has produced.
+    struct Counting {
+        len: u64,
+        at: u64,
+        made: Arc<AtomicU64>,
+    }
+
+    impl Fill for Counting {
+        fn fill(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
+            let n = (self.len - self.at).min(buf.len() as u64) as usize;
+            for (k, b) in buf[..n].iter_mut().enumerate() {
+                *b = (self.at + k as u64) as u8;
+            }
+            self.at += n as u64;
+            self.made.store(self.at, Ordering::SeqCst);
+            Ok(n)
+        }
+    }
+
+    /// The thread decompresses a few blocks ahead of the reads, not the whole window, and reaches the end
+    /// when asked to.
+    #[test]
+    fn the_thread_stays_a_few_blocks_ahead_of_the_reads() {
+        let len = 40 * BLOCK as u64;
+        let made = Arc::new(AtomicU64::new(0));
+        let theirs = made.clone();
+        let w = Window::new(Box::new(move || Ok(Box::new(Counting { len, at: 0, made: theirs }) as Box<dyn Fill>)));
+        let settled = |at_most: u64| {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let m = made.load(Ordering::SeqCst);
+            assert!(m <= at_most, "{m} bytes made, at most {at_most} expected");
+            m
+        };
+        let mut buf = [0u8; 10];
+        assert_eq!(w.read(0, &mut buf).unwrap(), Some(10));
+        assert!(settled(AHEAD + BLOCK as u64) >= AHEAD);
+        let at = 3 * BLOCK as u64 + 5;
+        assert_eq!(w.read(at, &mut buf).unwrap(), Some(10));
+        assert_eq!(buf[0], at as u8);
+        assert!(settled(at + AHEAD + BLOCK as u64) >= at + AHEAD);
+        let (done, error) = w.finish();
+        assert!(done == len && error.is_none(), "{done} {error:?}");
+        assert_eq!(made.load(Ordering::SeqCst), len);
     }
 }
