@@ -15,6 +15,10 @@
 //! the same local file in this process (a command opens its input several times) starts from the points
 //! of a pass that reached the end, and makes none of its own.
 //!
+//! Asked to ([`Points::keep_in`], with `cacheIndex`), a view also keeps the points of its pass in a file
+//! (see [`super::kept`]), and a view of a later process that finds them there starts from them: its
+//! length known at once, no pass run.
+//!
 //! Memory: the window (48 MiB), the points (one deflated window each: about 22 KiB of CTF text's 32 KiB,
 //! some 0.5% of the decompressed size at [`SPAN`] = 4 MiB; at most [`BUDGET`]) and the kept decoders
 //! (about 0.4 MiB each).
