@@ -39,6 +39,8 @@ use std::time::UNIX_EPOCH;
 const MAGIC: &[u8; 8] = b"CNTKIOIX";
 const VERSION: u32 = 4;
 const RECORD: usize = 32;
+/// Where the file's identity starts in the header: after the magic, version, length and compression.
+const IDENTITY_AT: usize = 8 + 4 + 8 + 1;
 
 /// The cache file used for `input` with these options.
 pub fn cache_path(input: &Path, cfg: &IndexConfig) -> PathBuf {
@@ -298,6 +300,14 @@ fn check(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<Foun
     if start.get(..8) != Some(&MAGIC[..]) {
         return Ok(None);
     }
+    // A gzip stream's length is known only once it is decompressed: a cache of another version or of
+    // other content is told without it.
+    let id = identity(file)?;
+    if start.get(8..12) != Some(&VERSION.to_le_bytes()[..])
+        || start.get(IDENTITY_AT..IDENTITY_AT + id.len()) != Some(&id[..])
+    {
+        return Ok(None);
+    }
     for mode in [IndexMode::Ids, IndexMode::Lines] {
         let h = header(file, file.len(), cfg, mode, 0)?;
         let fixed = h.len() - 8;
@@ -469,5 +479,57 @@ impl<'a> LineCounter<'a> {
             self.pos += n as u64;
         }
         Ok(self.line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::Access;
+
+    /// A cache of a gzip file made by another version, or for other content, is refused before the
+    /// stream's length is asked (which would decompress it all first); a valid one is used.
+    #[test]
+    fn a_stale_cache_of_a_gzip_file_is_refused_before_its_length_is_known() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let gz = dir.path().join("t.ctf.gz");
+        let text: Vec<u8> = (0..50_000u32).flat_map(|k| format!("|a {}\n", k % 10).into_bytes()).collect();
+        let write = |level: u32| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
+            e.write_all(&text).unwrap();
+            std::fs::write(&gz, e.finish().unwrap()).unwrap();
+        };
+        write(6);
+        let cfg = IndexConfig { skip_sequence_ids: false, main_alias: None, chunk_size: 100_000 };
+        let index = |f: &InputFile| {
+            let mut chunks = 0;
+            let count = |_, _: Option<&[u8]>| {
+                chunks += 1;
+                Ok(())
+            };
+            index_cached(f, &cfg, 1, false, count, &mut |_| {}).unwrap().unwrap();
+            chunks
+        };
+        let chunks = index(&InputFile::open(&gz, Access::Read).unwrap());
+        let path = cache_path(&gz, &cfg);
+        let open = || InputFile::open(&gz, Access::Read).unwrap();
+        assert!(check(&open(), &cfg, &path).unwrap().is_some(), "a valid cache is used");
+        let good = std::fs::read(&path).unwrap();
+
+        let mut old = good.clone();
+        old[8..12].copy_from_slice(&3u32.to_le_bytes());
+        std::fs::write(&path, &old).unwrap();
+        let f = open();
+        assert!(check(&f, &cfg, &path).unwrap().is_none());
+        assert_eq!(f.known_len(), None, "another version: the length was not asked");
+
+        std::fs::write(&path, &good).unwrap();
+        write(1);
+        let f = open();
+        assert!(check(&f, &cfg, &path).unwrap().is_none());
+        assert_eq!(f.known_len(), None, "other content: the length was not asked");
+        assert_eq!(index(&f), chunks);
+        assert!(check(&open(), &cfg, &path).unwrap().is_some(), "rebuilt for the new content");
     }
 }
