@@ -132,14 +132,14 @@ fn identity(file: &InputFile) -> Result<Vec<u8>, Error> {
     Ok(v)
 }
 
-/// The cache's header for `file` of decompressed length `len`.
-fn header(file: &InputFile, len: u64, cfg: &IndexConfig, mode: IndexMode, count: u64) -> Result<Vec<u8>, Error> {
+/// The cache's header for `file` of decompressed length `len` and [`identity`] `id`.
+fn header(file: &InputFile, len: u64, id: &[u8], cfg: &IndexConfig, mode: IndexMode, count: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(64);
     v.extend_from_slice(MAGIC);
     v.extend_from_slice(&VERSION.to_le_bytes());
     v.extend_from_slice(&len.to_le_bytes());
     v.push(file.compression().map_or(0, |c| c.code()));
-    v.extend_from_slice(&identity(file)?);
+    v.extend_from_slice(id);
     v.push(u8::from(cfg.skip_sequence_ids));
     v.push(match mode {
         IndexMode::Ids => 0,
@@ -149,7 +149,7 @@ fn header(file: &InputFile, len: u64, cfg: &IndexConfig, mode: IndexMode, count:
     v.extend_from_slice(&(alias.len() as u32).to_le_bytes());
     v.extend_from_slice(alias.as_bytes());
     v.extend_from_slice(&count.to_le_bytes());
-    Ok(v)
+    v
 }
 
 /// Streams the index of `file` to `on_chunk`, chunk by chunk in file order (chunks of `cfg.chunk_size`):
@@ -167,20 +167,13 @@ pub(crate) fn index_cached(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Result<IndexMode, Error>, Error> {
     let path = cache_path(file.path(), cfg);
-    if file.is_remote() {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let no_cache = if file.etag().is_none() {
-            Some("its store gives no ETag".to_owned())
-        } else {
-            std::fs::create_dir_all(dir).err().map(|e| format!("cannot create {}: {e}", dir.display()))
-        };
-        if let Some(why) = no_cache {
-            log::debug!("no index cache for {}: {why}", file.path().display());
-            return Ok(index_streaming_bytes(file, cfg, threads, keep, on_chunk, progress));
-        }
+    if let Err(why) = cache_dir_ready(file, &path) {
+        log::debug!("no index cache for {}: {why}", file.path().display());
+        return Ok(index_streaming_bytes(file, cfg, threads, keep, on_chunk, progress));
     }
-    keep_seek_points(file)?;
-    match check(file, cfg, &path) {
+    let id = identity(file)?;
+    keep_points_with(file, &id);
+    match check(file, &id, cfg, &path) {
         Ok(Some(found)) => {
             log::debug!("using the index cache {}", path.display());
             return replay(file, cfg, &path, found, on_chunk, progress).map(Ok);
@@ -188,7 +181,7 @@ pub(crate) fn index_cached(
         Ok(None) => {}
         Err(e) => log::debug!("ignoring the index cache {}: {e}", path.display()),
     }
-    let mut writer = match CacheWriter::new(file, cfg, &path) {
+    let mut writer = match CacheWriter::new(file, id, cfg, &path) {
         Ok(w) => Some(w),
         Err(e) => {
             log::warn!("could not write the index cache {}: {e}", path.display());
@@ -220,24 +213,35 @@ pub(crate) fn index_cached(
 /// Keeps the seek points of `file`, a plain gzip input, in [`points_path`]: a later opening starts from
 /// them instead of decompressing the whole stream to learn its length.
 pub(crate) fn keep_seek_points(file: &InputFile) -> Result<(), Error> {
+    if file.compression() == Some(crate::compress::Compression::Gzip) {
+        keep_points_with(file, &identity(file)?);
+    }
+    Ok(())
+}
+
+/// [`keep_seek_points`] for a file whose [`identity`] is `id`.
+fn keep_points_with(file: &InputFile, id: &[u8]) {
     if file.compression() != Some(crate::compress::Compression::Gzip) {
-        return Ok(());
+        return;
     }
     let path = points_path(file.path());
-    if file.is_remote() {
-        // An object's content is named by its ETag; its points go to the cache directory.
-        let dir = path.parent().unwrap_or(Path::new("."));
-        if file.etag().is_none() || std::fs::create_dir_all(dir).is_err() {
-            log::debug!(
-                "the seek points of {} are not kept: no ETag, or no directory {}",
-                file.path().display(),
-                dir.display()
-            );
-            return Ok(());
-        }
+    match cache_dir_ready(file, &path) {
+        Ok(()) => file.keep_seek_points(&path, id.to_vec()),
+        Err(why) => log::debug!("the seek points of {} are not kept: {why}", file.path().display()),
     }
-    file.keep_seek_points(&path, identity(file)?);
-    Ok(())
+}
+
+/// For an object, whether a cache file at `path` can name its content (its store gives an ETag) and the
+/// cache directory is there (made if not); a local file's caches sit beside it.
+fn cache_dir_ready(file: &InputFile, path: &Path) -> Result<(), String> {
+    if !file.is_remote() {
+        return Ok(());
+    }
+    if file.etag().is_none() {
+        return Err("its store gives no ETag".into());
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
 /// What [`check`] found in a valid cache.
@@ -290,7 +294,7 @@ fn records(
 /// The cache at `path`, if it is valid for `file` and `cfg`: every header field matches the input and the
 /// options, the records are consistent (offsets increasing, inside the file, non-zero lengths and samples,
 /// lines not decreasing) and chunk without error, and the CRC-32 is right. Reads it through once.
-fn check(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<Found>, Error> {
+fn check(file: &InputFile, id: &[u8], cfg: &IndexConfig, path: &Path) -> Result<Option<Found>, Error> {
     use std::io::Read;
     let Ok(meta) = std::fs::metadata(path) else { return Ok(None) };
     let len = meta.len();
@@ -302,14 +306,13 @@ fn check(file: &InputFile, cfg: &IndexConfig, path: &Path) -> Result<Option<Foun
     }
     // A gzip stream's length is known only once it is decompressed: a cache of another version or of
     // other content is told without it.
-    let id = identity(file)?;
     if start.get(8..12) != Some(&VERSION.to_le_bytes()[..])
-        || start.get(IDENTITY_AT..IDENTITY_AT + id.len()) != Some(&id[..])
+        || start.get(IDENTITY_AT..IDENTITY_AT + id.len()) != Some(id)
     {
         return Ok(None);
     }
     for mode in [IndexMode::Ids, IndexMode::Lines] {
-        let h = header(file, file.len(), cfg, mode, 0)?;
+        let h = header(file, file.len(), id, cfg, mode, 0);
         let fixed = h.len() - 8;
         if start.len() < h.len() || start[..fixed] != h[..fixed] {
             continue;
@@ -386,6 +389,8 @@ fn encode(s: &SequenceDesc, line: u64, out: &mut [u8; RECORD]) {
 /// unfinished, it is removed).
 struct CacheWriter<'a> {
     file: &'a InputFile,
+    /// The file's [`identity`] as it was before the index was built.
+    id: Vec<u8>,
     cfg: &'a IndexConfig,
     path: &'a Path,
     tmp: tempfile::NamedTempFile,
@@ -400,15 +405,15 @@ struct CacheWriter<'a> {
 }
 
 impl<'a> CacheWriter<'a> {
-    fn new(file: &'a InputFile, cfg: &'a IndexConfig, path: &'a Path) -> Result<CacheWriter<'a>, Error> {
+    fn new(file: &'a InputFile, id: Vec<u8>, cfg: &'a IndexConfig, path: &'a Path) -> Result<CacheWriter<'a>, Error> {
         // The header's size does not depend on the length, the mode or the count, which are written at
         // the end (the length of a gzip stream is known only once it is decompressed).
-        let head = header(file, 0, cfg, IndexMode::Ids, 0)?;
+        let head = header(file, 0, &id, cfg, IndexMode::Ids, 0);
         let mut tmp = crate::output::temporary(path)?;
         let target = crate::output::Target::new(path, tmp.as_file());
         tmp.write_all(&head).map_err(|e| target.error(e))?;
         let (crc, lines) = (crc32fast::Hasher::new(), LineCounter::new(file));
-        Ok(CacheWriter { file, cfg, path, tmp, head: head.len(), count: 0, crc, buf: Vec::new(), lines })
+        Ok(CacheWriter { file, id, cfg, path, tmp, head: head.len(), count: 0, crc, buf: Vec::new(), lines })
     }
 
     /// Adds the records of chunk `c`'s sequences.
@@ -438,7 +443,7 @@ impl<'a> CacheWriter<'a> {
     fn finish(mut self, mode: IndexMode) -> Result<(), Error> {
         use std::io::Seek;
         self.flush()?;
-        let head = header(self.file, self.file.len(), self.cfg, mode, self.count)?;
+        let head = header(self.file, self.file.len(), &self.id, self.cfg, mode, self.count);
         let target = crate::output::Target::new(self.path, self.tmp.as_file());
         if head.len() != self.head {
             return Err(Error::internal("the index cache's header changed size"));
@@ -514,22 +519,25 @@ mod tests {
         let chunks = index(&InputFile::open(&gz, Access::Read).unwrap());
         let path = cache_path(&gz, &cfg);
         let open = || InputFile::open(&gz, Access::Read).unwrap();
-        assert!(check(&open(), &cfg, &path).unwrap().is_some(), "a valid cache is used");
+        assert!(check(&open(), &identity(&open()).unwrap(), &cfg, &path).unwrap().is_some(), "a valid cache is used");
         let good = std::fs::read(&path).unwrap();
 
         let mut old = good.clone();
         old[8..12].copy_from_slice(&3u32.to_le_bytes());
         std::fs::write(&path, &old).unwrap();
         let f = open();
-        assert!(check(&f, &cfg, &path).unwrap().is_none());
+        assert!(check(&f, &identity(&f).unwrap(), &cfg, &path).unwrap().is_none());
         assert_eq!(f.known_len(), None, "another version: the length was not asked");
 
         std::fs::write(&path, &good).unwrap();
         write(1);
         let f = open();
-        assert!(check(&f, &cfg, &path).unwrap().is_none());
+        assert!(check(&f, &identity(&f).unwrap(), &cfg, &path).unwrap().is_none());
         assert_eq!(f.known_len(), None, "other content: the length was not asked");
         assert_eq!(index(&f), chunks);
-        assert!(check(&open(), &cfg, &path).unwrap().is_some(), "rebuilt for the new content");
+        assert!(
+            check(&open(), &identity(&open()).unwrap(), &cfg, &path).unwrap().is_some(),
+            "rebuilt for the new content"
+        );
     }
 }
