@@ -3,13 +3,18 @@
 PyTorch's DataLoader moves each tensor a worker yields to a shared-memory segment of its own, created for that
 batch, and the main process maps every one of them: for batches of a few MB that costs more than reading them.
 A worker of ``cntkio.torch.IterableDataset`` instead copies each batch into a slot of its ring of segments
-(files under ``/dev/shm``, made once and reused) and yields a small ticket; unpickled in the main process, the
-ticket becomes the batch's dict of tensors, views of the slot (its segment mapped once per process).
+(files under ``/dev/shm``, made once and reused) and yields a :class:`Ticket`: in the worker, the batch's dict
+of tensors (views of the slot), which a ``collate_fn`` or a wrapping dataset may read or change like any
+batch; pickled unchanged (as DataLoader sends it), only a reference to the slot, which the main process turns
+back into the batch's dict of tensors viewing the slot (its segment mapped once per process). A ticket
+changed (an entry added, removed or replaced) is sent as a plain dict.
 
-A slot is reused only once the main process holds nothing of the batch in it: every array carries a lease
-whose release (when the last array, tensor or view of the batch is gone) marks the slot free in a flags
-segment the worker reads. A worker that finds no free slot makes another, so a program that keeps batches
-only costs memory. The segments are removed when the worker process exits.
+A slot is reused only once neither process holds anything of the batch in it. The flags segment has two
+bytes per slot, each written by one process only: the worker's, cleared when the last of the worker's
+arrays, tensors or views of the batch is gone, and the main process's, set by the worker when it sends the
+ticket and cleared by the main process when the last of its arrays of the batch is gone. A worker that finds
+no free slot makes another, so a program that keeps batches only costs memory. The segments are removed
+when the worker process exits.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ class Ring:
     """A worker's slots (one segment each) and the flags segment the main process frees them in."""
 
     def __init__(self) -> None:
-        self.flags_path, self._flags_map = _create(MAX_SLOTS)
+        self.flags_path, self._flags_map = _create(2 * MAX_SLOTS)
         self.flags = np.frombuffer(self._flags_map, dtype=np.uint8)
         self.slots: List[Tuple[str, mmap.mmap]] = []
         self._paths = [self.flags_path]
@@ -86,7 +91,7 @@ class Ring:
     def _slot(self, size: int) -> Optional[int]:
         """A free slot of at least ``size`` bytes (a free one grown, or a new one); None when the ring is full
         of batches the main process still holds."""
-        free = [i for i in range(len(self.slots)) if self.flags[i] == 0]
+        free = [i for i in range(len(self.slots)) if self.flags[_WORKER + 2 * i] == 0 and self.flags[_MAIN + 2 * i] == 0]
         for i in free:
             if len(self.slots[i][1]) >= size:
                 return i
@@ -118,8 +123,8 @@ class Ring:
             self._paths.remove(path)
 
     def put(self, batch: Dict[str, Any]) -> Any:
-        """A ticket for ``batch`` (a dict of CPU tensors) copied into a slot, or ``batch`` itself when no slot
-        can be had (the ring is full of batches the main process holds, or /dev/shm is full)."""
+        """A :class:`Ticket` for ``batch`` (a dict of CPU tensors) copied into a slot, or ``batch`` itself when
+        no slot can be had (the ring is full of batches still held, or /dev/shm is full)."""
         import torch
 
         arrays = [p.numpy() for p in tensor_parts(batch)]
@@ -128,7 +133,8 @@ class Ring:
         if slot is None:
             return batch
         path, mm = self.slots[slot]
-        self.flags[slot] = 1
+        self.flags[_WORKER + 2 * slot] = 1
+        lease = _Lease(self.flags, _WORKER + 2 * slot)
         specs = []
         for a, o in zip(arrays, offsets):
             dst = np.frombuffer(mm, dtype=a.dtype, count=a.size, offset=o).reshape(a.shape)
@@ -141,7 +147,8 @@ class Ring:
                 layout.append((k, tuple(v.shape), (next(it), next(it), next(it))))
             else:
                 layout.append((k, None, (next(it),)))
-        return Ticket(self.flags_path, slot, path, layout)
+        batch = _batch_of(mm, layout, lease)
+        return Ticket(batch, _SlotRef(self.flags, self.flags_path, slot, path, layout, list(batch.items())))
 
     def close(self) -> None:
         """Removes the ring's files (mappings stay valid where they are)."""
@@ -149,33 +156,76 @@ class Ring:
             self._unlink(p)
 
 
-class Ticket:
-    """A batch in a slot of a worker's ring: unpickled, the batch's dict of tensors (see the module docs)."""
+_WORKER = 0
+_MAIN = 1
+"""A slot's bytes in the flags segment: ``flags[2 * slot + _WORKER]`` and ``flags[2 * slot + _MAIN]``."""
 
-    __slots__ = ("flags_path", "slot", "path", "layout")
 
-    def __init__(self, flags_path: str, slot: int, path: str, layout: List[Any]) -> None:
+class Ticket(dict):  # type: ignore[type-arg]
+    """A batch in a slot of a worker's ring (see the module docs): in the worker, the batch's dict of tensors
+    viewing the slot; pickled unchanged, a reference to the slot, unpickled as the batch's dict of tensors.
+
+    A copy (``copy.copy``, as DataLoader's ``default_convert`` makes) refers to the same slot; of a ticket
+    and its copies, the first pickled unchanged sends the reference, and any later one sends its tensors."""
+
+    __slots__ = ("_slot",)
+
+    def __init__(self, batch: Dict[str, Any], slot: "_SlotRef") -> None:
+        super().__init__(batch)
+        self._slot = slot
+
+    def _unchanged(self) -> bool:
+        parts = self._slot.parts
+        return len(self) == len(parts) and all(k in self and self[k] is v for k, v in parts)
+
+    def __copy__(self) -> "Ticket":
+        return Ticket(self, self._slot)
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> Dict[str, Any]:
+        import copy
+
+        return copy.deepcopy(dict(self), memo)
+
+    def __reduce__(self) -> Any:
+        r = self._slot
+        if r.sent or not self._unchanged():
+            return (dict, (dict(self),))  # changed by the worker, or sent already: its tensors go the ordinary way
+        # The main process holds the slot from now until it drops the batch.
+        r.sent = True
+        r.flags[_MAIN + 2 * r.slot] = 1
+        return (_open_batch, (r.flags_path, r.slot, r.path, r.layout))
+
+
+class _SlotRef:
+    """What the tickets of one batch share: where it lies, the tensors it was made with, and whether its slot
+    was sent."""
+
+    __slots__ = ("flags", "flags_path", "slot", "path", "layout", "parts", "sent")
+
+    def __init__(self, flags: Any, flags_path: str, slot: int, path: str, layout: List[Any],
+                 parts: List[Tuple[str, Any]]) -> None:
+        self.flags = flags
         self.flags_path = flags_path
         self.slot = slot
         self.path = path
         self.layout = layout
-
-    def __reduce__(self) -> Any:
-        return (_open_batch, (self.flags_path, self.slot, self.path, self.layout))
+        self.parts = parts
+        self.sent = False
 
 
 class _Lease:
-    """Frees a slot when the last array of its batch is gone."""
+    """Clears a slot's byte of one process (``flags[index]``) when the last array of its batch in that process
+    is gone."""
 
-    __slots__ = ("flags", "slot")
+    __slots__ = ("flags", "index")
 
-    def __init__(self, flags: Any, slot: int) -> None:
+    def __init__(self, flags: Any, index: int) -> None:
         self.flags = flags
-        self.slot = slot
+        self.index = index
 
     def __del__(self) -> None:
         try:
-            self.flags[self.slot] = 0
+            self.flags[self.index] = 0
         except Exception:  # interpreter shutdown: nothing reads the flags any more
             pass
 
@@ -205,10 +255,13 @@ def _mapped(path: str) -> mmap.mmap:
 
 def _open_batch(flags_path: str, slot: int, path: str, layout: List[Any]) -> Dict[str, Any]:
     """The batch of a ticket (in the main process): tensors viewing the slot, leasing it."""
-    import torch
+    lease = _Lease(np.frombuffer(_mapped(flags_path), dtype=np.uint8), _MAIN + 2 * slot)
+    return _batch_of(_mapped(path), layout, lease)
 
-    lease = _Lease(np.frombuffer(_mapped(flags_path), dtype=np.uint8), slot)
-    mm = _mapped(path)
+
+def _batch_of(mm: mmap.mmap, layout: List[Any], lease: _Lease) -> Dict[str, Any]:
+    """The dict of tensors of a batch laid out in ``mm`` as ``layout`` says, every array holding ``lease``."""
+    import torch
 
     def tensor(spec: Any) -> Any:
         dtype, shape, offset = spec

@@ -421,6 +421,105 @@ def _cntkio_shm() -> List[str]:
     return sorted(f for f in os.listdir("/dev/shm") if f.startswith("cntkio-")) if os.path.isdir("/dev/shm") else []
 
 
+def _double_a(batch: Dict) -> Dict:
+    """A ``collate_fn`` that reads the batch in the worker."""
+    return {"a2": batch["a"] * 2, "keys": batch["keys"]}
+
+
+class _Wrapped:
+    """A dataset of another one's batches, rebuilt in the worker (a new dict holding the batch's own tensors)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __iter__(self):
+        for b in self.inner:
+            yield {"a": b["a"], "keys": b["keys"], "rows": torch_len(b["a"])}
+
+
+def torch_len(t):
+    import torch
+
+    return torch.tensor(t.shape[0])
+
+
+def test_worker_batches_are_dicts_to_collate_fn_and_wrappers(torch, tmp_path):
+    """In a DataLoader worker the batches are dicts of tensors: a ``collate_fn`` or a dataset wrapping
+    cntkio's reads and rebuilds them there, and the main process gets what it made — while the worker's slots
+    are reused once both processes let go of a batch (a ring that never grows past a few slots)."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data import IterableDataset as TorchIterable
+
+    from cntkio import _shared
+
+    d = data(tmp_path, n=400, chunk=200)
+    ds = ct.IterableDataset(d, batch_size=8, seed=4, with_keys=True, sparse="dense")
+    plain = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert len(plain) > 40
+
+    doubled = list(DataLoader(ds, batch_size=None, num_workers=2, collate_fn=_double_a))
+    assert len(doubled) == len(plain)
+    for b, want in zip(doubled, plain):
+        assert set(b) == {"a2", "keys"}
+        assert torch.equal(b["keys"], want["keys"]) and torch.equal(b["a2"], want["a"] * 2)
+
+    class Wrapped(_Wrapped, TorchIterable):
+        pass
+
+    before = set(_cntkio_shm())
+    most = 0
+    n = 0
+    for i, (b, want) in enumerate(zip(DataLoader(Wrapped(ds), batch_size=None, num_workers=2), plain)):
+        assert torch.equal(b["keys"], want["keys"]) and torch.equal(b["a"], want["a"])
+        assert int(b["rows"]) == want["a"].shape[0]
+        n += 1
+        if _shared.available() and i % 5 == 0:
+            most = max(most, len(set(_cntkio_shm()) - before))
+    assert n == len(plain)
+    if _shared.available():
+        assert 0 < most < 20, most
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no POSIX shared memory files on this system")
+def test_ticket_slot_held_by_either_process(torch, tmp_path):
+    """A ticket's slot is reused only once the worker and the receiving process both hold nothing of it; a
+    ticket changed, or one whose copy was sent already, is sent as a plain dict of its tensors."""
+    import copy
+
+    from cntkio import _shared
+
+    ring = _shared.Ring()
+    try:
+        batch = {"x": torch.arange(12, dtype=torch.float32).reshape(3, 4), "n": torch.tensor([1, 2, 3])}
+        t = ring.put(batch)
+        assert isinstance(t, dict) and torch.equal(t["x"], batch["x"]) and torch.equal(t["n"], batch["n"])
+        kept = t["x"]  # the worker keeps a view of its batch
+        got = pickle.loads(pickle.dumps(t))  # sent: the receiver maps the slot
+        assert type(got) is dict and torch.equal(got["x"], batch["x"])
+        del t
+        again = pickle.loads(pickle.dumps(got))  # a plain dict of tensors now
+        assert torch.equal(again["x"], batch["x"])
+        del got, again
+        # The receiver let go, the worker still holds a view: the slot is not reused.
+        t2 = ring.put({"x": torch.zeros(3, 4), "n": torch.tensor([0, 0, 0])})
+        assert t2._slot.slot == 1 and torch.equal(kept, batch["x"])
+        del kept
+        t3 = ring.put({"x": torch.ones(3, 4), "n": torch.tensor([4, 5, 6])})
+        assert t3._slot.slot == 0
+        # A copy (DataLoader's default_convert makes one) sends the slot once; the other sends its tensors.
+        c = copy.copy(t3)
+        assert isinstance(c, _shared.Ticket)
+        assert c.__reduce__()[0] is _shared._open_batch
+        assert t3.__reduce__()[0] is dict
+        # A changed ticket is sent as the dict it became.
+        t2["extra"] = torch.tensor(7)
+        r = pickle.loads(pickle.dumps(t2))
+        assert type(r) is dict and set(r) == {"x", "n", "extra"} and int(r["extra"]) == 7
+        assert type(copy.deepcopy(t2)) is dict
+    finally:
+        ring.close()
+
+
 @pytest.mark.parametrize("layout", ["flat", "padded"])
 def test_worker_batches_through_reused_shared_memory(torch, tmp_path, layout, monkeypatch):
     """DataLoader workers send batches through slots of their own shared memory: the batches equal those sent
