@@ -440,6 +440,7 @@ class MinibatchSource:
         cntk_restore_quirk: bool = False,
         balanced_workers: bool = False,
         elastic_resume: Optional[Mapping[str, Any]] = None,
+        _keep: Any = None,
         **cntk_config: Any,
     ) -> None:
         args: Dict[str, Any] = dict(
@@ -537,6 +538,7 @@ class MinibatchSource:
             threads=threads,
             balanced_workers=self._balanced,
             elastic_resume=self._elastic,
+            keep=_keep,
         )
         self.truncation_length: int = truncation
         """Truncated BPTT's length in samples (0: off)."""

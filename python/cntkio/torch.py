@@ -256,8 +256,18 @@ class MinibatchIterable:
             randomize=self.shuffle,
             randomization_seed=self.seed + epoch,
             elastic_resume=None if not rounds else {"sweep": 0, "rounds": rounds},
+            _keep=self._chunk_keep(),
             **self._options,
         )
+
+    def _chunk_keep(self) -> Any:
+        """Where the epochs' sources of this process leave the chunks they hold for the next epoch (made in
+        each process that reads; never pickled)."""
+        kept = self.__dict__.get("_kept")
+        if kept is None or kept[0] != os.getpid():
+            kept = (os.getpid(), _native.Keep())
+            self.__dict__["_kept"] = kept
+        return kept[1]
 
     def _rounds(self, epoch: int) -> List[List[int]]:
         """The sequences earlier runs consumed of epoch ``epoch`` when it was resumed elastically (else [])."""

@@ -233,6 +233,88 @@ def test_kept_batches_are_never_overwritten(tmp_path):
         assert np.array_equal(v, copies[i]["a"][1:])
 
 
+def copies(batches: Any) -> List[Dict[str, Any]]:
+    return [{k: np.array(v) for k, v in d.items()} for d in batches]
+
+
+def assert_same_arrays(got: List[Dict[str, Any]], want: List[Dict[str, Any]], what: str) -> None:
+    assert len(got) == len(want) > 0, what
+    for x, y in zip(got, want):
+        assert x.keys() == y.keys(), what
+        for k in x:
+            assert np.array_equal(x[k], y[k]), f"{what}: {k}"
+
+
+@pytest.mark.parametrize("window", [2, 128])
+@pytest.mark.parametrize("balanced", [False, True])
+def test_epochs_of_one_loader_keep_their_chunks(tmp_path, window, balanced):
+    """One loader over several epochs (its chunks kept from one epoch to the next) gives each epoch's batches
+    as a loader made for that epoch does; so does an IterableDataset kept across epochs."""
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(17), 500, 3)
+    opts = dict(paths=path, streams=defs(), batch_size=16, seed=3, chunkSizeInBytes=900, sparse="dense",
+                with_keys=True, randomization_window_in_chunks=window, balanced_workers=balanced, world_size=2,
+                rank=1)
+    one = cntkio.Loader(**opts, num_threads=2)
+    for epoch in range(3):
+        fresh = cntkio.Loader(**opts, num_threads=2)
+        fresh.set_epoch(epoch)
+        one.set_epoch(epoch)
+        assert_same_arrays(copies(one), copies(fresh), f"epoch {epoch}")
+        assert len(one._chunk_keep()) > 0
+    torch = pytest.importorskip("torch")
+    import cntkio.torch as ct
+
+    ds = ct.IterableDataset(**{k: v for k, v in opts.items()})
+    for epoch in range(3):
+        fresh = ct.IterableDataset(**opts)
+        fresh.set_epoch(epoch)
+        ds.set_epoch(epoch)
+        got, want = list(ds), list(fresh)
+        assert len(got) == len(want) > 0
+        for x, y in zip(got, want):
+            assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_kept_chunks_are_not_read_again(tmp_path):
+    """With a window covering the data, a loader's later epochs read no chunk from the file: rewritten in place
+    with other values (the same sequences, so the same chunks), it still gives the batches of the old data,
+    while a new loader reads the new values."""
+    ctf = tmp_path / "data.ctf"
+    write_data(ctf, random.Random(19), 400, 3)
+    other = tmp_path / "other.ctf"
+    lines = []
+    for line in ctf.read_text().splitlines():
+        head, a, b = line.split("|")
+        dense = " ".join(str(-float(v) - 1) for v in a.split()[1:])
+        sparse = " ".join(f"{e.split(':')[0]}:{float(e.split(':')[1]) + 1}" for e in b.split()[1:])
+        lines.append(f"{head}|a {dense} |b {sparse}")
+    other.write_text("\n".join(lines) + "\n")
+    cbf, cbf2 = tmp_path / "data.cbf", tmp_path / "other.cbf"
+    for src, dst in ((ctf, cbf), (other, cbf2)):
+        subprocess.run([sys.executable, "-m", "cntkio", "-q", "convert", str(src), str(dst), *STREAMS,
+                        "--chunk-size", "2000"], check=True)
+    assert cbf.stat().st_size == cbf2.stat().st_size
+    opts = dict(paths=cbf, batch_size=16, seed=4, sparse="dense", with_keys=True)
+    want = []
+    for epoch in range(3):
+        fresh = cntkio.Loader(**opts, num_threads=2)
+        fresh.set_epoch(epoch)
+        want.append(copies(fresh))
+    one = cntkio.Loader(**opts, num_threads=2)
+    assert_same_arrays(copies(one), want[0], "epoch 0")
+    assert len(one._chunk_keep()) > 5
+    with open(cbf, "r+b") as f:
+        f.write(cbf2.read_bytes())
+    for epoch in (1, 2):
+        one.set_epoch(epoch)
+        assert_same_arrays(copies(one), want[epoch], f"epoch {epoch}, file rewritten")
+    fresh = cntkio.Loader(**opts, num_threads=2)
+    fresh.set_epoch(1)
+    changed = copies(fresh)
+    assert len(changed) == len(want[1]) and not np.array_equal(changed[0]["a"], want[1][0]["a"])
+
+
 def test_resume_continues_the_epoch(tmp_path):
     path = tmp_path / "data.ctf"
     write_data(path, random.Random(14), 300, 3)

@@ -28,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
     m.add_class::<arrow::ArrowStream>()?;
     m.add_class::<source::Source>()?;
+    m.add_class::<source::Keep>()?;
     m.add_class::<feed::Feed>()?;
     m.add_class::<feed::BatchMemory>()?;
     m.add_class::<feed::BatchPool>()?;

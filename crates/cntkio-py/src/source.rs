@@ -7,7 +7,8 @@ use crate::errors::{py_err, usage};
 use crate::reader::{stream_info, Reader};
 use cntkio::randomize::{ChunkInfo, ElasticResume, SequenceInfo, SequenceSource, Window};
 use cntkio::source::{
-    Batch, BpttLayout, Composite, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength, SourceState,
+    Batch, BpttLayout, ChunkKeep, Composite, Deserializer, MinibatchConfig, MinibatchSource, MultiSource, RunLength,
+    SourceState,
 };
 use cntkio::{ChunkData, Error, Layout, StreamSpec, Values};
 use numpy::{IntoPyArray, PyArrayMethods};
@@ -29,6 +30,68 @@ pub(crate) fn bptt_to_py<'py>(py: Python<'py>, layout: Option<&BpttLayout>) -> P
             let fragments = flat.into_pyarray(py).reshape([l.fragments.len(), 4])?;
             (l.rows, l.columns, fragments).into_pyobject(py)?.into_any()
         }
+    })
+}
+
+/// Chunks kept from one source to the next over the same readers (the epochs of a loader): see
+/// [`cntkio::source::ChunkKeep`]. Several readers are joined (or concatenated) once, and the next source
+/// over the same readers reuses that deserializer, whose chunks the keep holds.
+#[pyclass(module = "cntkio._native", frozen)]
+pub struct Keep {
+    keep: Arc<ChunkKeep>,
+    joined: Mutex<Option<Combined>>,
+}
+
+/// The readers' deserializers, whether they were joined, and the deserializer made of them.
+type Combined = (Vec<Arc<dyn Deserializer>>, bool, Arc<dyn Deserializer>);
+
+#[pymethods]
+impl Keep {
+    #[new]
+    fn new() -> Keep {
+        Keep { keep: ChunkKeep::new(), joined: Mutex::new(None) }
+    }
+
+    /// Number of chunks kept.
+    fn __len__(&self) -> usize {
+        self.keep.len()
+    }
+
+    /// Bytes of the chunks kept.
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.keep.bytes()
+    }
+
+    /// Lets go of every chunk kept.
+    fn clear(&self) {
+        self.keep.clear();
+    }
+}
+
+impl Keep {
+    /// The deserializer of `parts` (joined by key if `join`, else one after another): the one made for the
+    /// last source if it had the same parts, else a new one.
+    fn deserializer(&self, parts: Vec<Arc<dyn Deserializer>>, join: bool) -> Result<Arc<dyn Deserializer>, Error> {
+        let mut j = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((p, jn, d)) = &*j {
+            if *jn == join && p.len() == parts.len() && p.iter().zip(&parts).all(|(a, b)| Arc::ptr_eq(a, b)) {
+                return Ok(d.clone());
+            }
+        }
+        let d = combine(parts.clone(), join)?;
+        *j = Some((parts, join, d.clone()));
+        Ok(d)
+    }
+}
+
+/// One deserializer of `parts`: the only one, or them joined by key (`join`) or one after another.
+fn combine(parts: Vec<Arc<dyn Deserializer>>, join: bool) -> Result<Arc<dyn Deserializer>, Error> {
+    Ok(match parts.len() {
+        0 => return Err(Error::option("deserializers", "a minibatch source needs at least one deserializer")),
+        1 => parts.into_iter().next().expect("one part"),
+        _ if join => Arc::new(Composite::new(parts)?),
+        _ => Arc::new(MultiSource::new(parts)?),
     })
 }
 
@@ -65,6 +128,9 @@ impl Deserializer for Skeleton {
 #[pyclass(module = "cntkio._native", frozen)]
 pub struct Source {
     deserializer: Arc<dyn Deserializer>,
+    /// Where its minibatch sources (this one's, and those made for feeds or other partitions) take and
+    /// leave chunks.
+    keep: Option<Arc<ChunkKeep>>,
     /// The streams of the minibatches (every one dense with truncated BPTT).
     streams: Vec<StreamSpec>,
     inner: Mutex<MinibatchSource>,
@@ -136,6 +202,7 @@ fn check_partition(rank: u32, workers: u32) -> Result<(), Error> {
 /// `num_data_partitions` or `partition_index` change between calls, READER.md §6).
 fn repartition(
     deserializer: &Arc<dyn Deserializer>,
+    keep: Option<&Arc<ChunkKeep>>,
     src: &mut MinibatchSource,
     workers: u32,
     rank: u32,
@@ -147,6 +214,9 @@ fn repartition(
     check_partition(rank, workers)?;
     let state = src.state();
     let mut next = MinibatchSource::new(deserializer.clone(), MinibatchConfig { workers, rank, ..c.clone() })?;
+    if let Some(k) = keep {
+        next.keep_chunks(k.clone());
+    }
     next.restore(&state)?;
     *src = next;
     Ok(())
@@ -161,8 +231,10 @@ impl Source {
     /// background chunk loaders (None: `CNTKIO_THREADS` or one per core; 0: load on the calling thread).
     /// `elastic_resume = (sweep, rounds)`: resume sweep `sweep` elastically with balanced dealing, `rounds`
     /// the sequences each worker of each earlier run was delivered of it (`cntkio::randomize::ElasticResume`).
+    /// `keep`: a `Keep` whose chunks the source takes rather than load, and where it leaves those it lets go
+    /// of.
     #[new]
-    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false, truncation_length = 0, threads = None, balanced_workers = false, elastic_resume = None))]
+    #[pyo3(signature = (readers, join = true, randomize = true, window_chunks = 128, window_samples = 0, seed = 0, max_samples = None, max_sweeps = None, frame_mode = false, cntk_restore_quirk = false, truncation_length = 0, threads = None, balanced_workers = false, elastic_resume = None, keep = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -180,6 +252,7 @@ impl Source {
         threads: Option<usize>,
         balanced_workers: bool,
         elastic_resume: Option<(u64, Vec<Vec<u64>>)>,
+        keep: Option<Py<Keep>>,
     ) -> PyResult<Source> {
         let parts: Vec<Arc<dyn Deserializer>> = readers.iter().map(|r| r.deserializer()).collect();
         let run_length = match (max_samples, max_sweeps) {
@@ -206,20 +279,18 @@ impl Source {
         };
         py.detach(move || {
             crate::pool::run(move || -> Result<Source, Error> {
-                let deserializer: Arc<dyn Deserializer> = match parts.len() {
-                    0 => {
-                        return Err(Error::option(
-                            "deserializers",
-                            "a minibatch source needs at least one deserializer",
-                        ))
-                    }
-                    1 => parts.into_iter().next().expect("one part"),
-                    _ if join => Arc::new(Composite::new(parts)?),
-                    _ => Arc::new(MultiSource::new(parts)?),
+                let deserializer = match keep.as_ref().map(Py::get) {
+                    Some(k) => k.deserializer(parts, join)?,
+                    None => combine(parts, join)?,
                 };
-                let src = MinibatchSource::new(deserializer.clone(), config)?;
+                let keep = keep.as_ref().map(|k| k.get().keep.clone());
+                let mut src = MinibatchSource::new(deserializer.clone(), config)?;
+                if let Some(k) = &keep {
+                    src.keep_chunks(k.clone());
+                }
                 let streams = src.streams().to_vec();
-                Ok(Source { deserializer, streams, inner: Mutex::new(src), hint: Mutex::new(Sizes::default()) })
+                let (inner, hint) = (Mutex::new(src), Mutex::new(Sizes::default()));
+                Ok(Source { deserializer, keep, streams, inner, hint })
             })
         })
         .map_err(py_err)
@@ -268,7 +339,7 @@ impl Source {
             .detach(|| {
                 crate::pool::run(|| -> Result<Option<Batch>, Error> {
                     let mut src = lock(&self.inner);
-                    repartition(&self.deserializer, &mut src, workers, rank)?;
+                    repartition(&self.deserializer, self.keep.as_ref(), &mut src, workers, rank)?;
                     // The arrays move to NumPy; the next batch is allocated at the size of the last one
                     // (one allocation per array instead of a doubling series).
                     let mut hint = lock_hint(&self.hint);
@@ -364,6 +435,10 @@ impl Source {
     /// at the start of the run.
     pub(crate) fn fresh(&self, workers: u32, rank: u32) -> Result<MinibatchSource, Error> {
         let config = lock(&self.inner).config().clone();
-        MinibatchSource::new(self.deserializer.clone(), MinibatchConfig { workers, rank, ..config })
+        let mut src = MinibatchSource::new(self.deserializer.clone(), MinibatchConfig { workers, rank, ..config })?;
+        if let Some(k) = &self.keep {
+            src.keep_chunks(k.clone());
+        }
+        Ok(src)
     }
 }

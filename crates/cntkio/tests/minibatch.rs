@@ -879,6 +879,148 @@ fn loading_threads_and_prefetch_never_change_a_minibatch() {
     }
 }
 
+/// A deserializer that counts the chunks it loads.
+struct Counted(Arc<dyn Deserializer>, std::sync::atomic::AtomicUsize);
+
+impl Counted {
+    fn loads(&self) -> usize {
+        self.1.swap(0, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl SequenceSource for Counted {
+    fn chunks(&self) -> &[cntkio::randomize::ChunkInfo] {
+        self.0.chunks()
+    }
+    fn sequences(&self, chunk: u32, out: &mut Vec<cntkio::randomize::SequenceInfo>) -> Result<(), cntkio::Error> {
+        self.0.sequences(chunk, out)
+    }
+    fn uniform_sequences(&self, chunk: u32) -> Result<Option<(u64, u32)>, cntkio::Error> {
+        self.0.uniform_sequences(chunk)
+    }
+}
+
+impl Deserializer for Counted {
+    fn streams(&self) -> &[StreamSpec] {
+        self.0.streams()
+    }
+    fn load_chunk(&self, chunk: u32) -> Result<Arc<cntkio::ChunkData>, cntkio::Error> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.load_chunk(chunk)
+    }
+    fn load_source_chunk(
+        &self,
+        chunk: u32,
+        spare: Option<cntkio::source::SourceChunk>,
+    ) -> Result<cntkio::source::SourceChunk, cntkio::Error> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.load_source_chunk(chunk, spare)
+    }
+    fn load_order_matters(&self) -> bool {
+        self.0.load_order_matters()
+    }
+    fn chunk_size(&self, chunk: u32) -> Option<u64> {
+        self.0.chunk_size(chunk)
+    }
+}
+
+/// Epochs (a source each, seed + epoch) that leave their chunks in a keep deliver the minibatches of
+/// epochs without one, from CTF, CBF and mapped CBF, for any window, workers, threads and a restore; with a
+/// window that covers the data the later epochs load nothing, and the keep never holds more bytes than a
+/// source held at once. A keep given to another deserializer lets
+/// go of the first one's chunks; a source whose loading order matters does not use it.
+#[test]
+fn kept_chunks_never_change_a_minibatch_and_spare_loads() {
+    use cntkio::source::ChunkKeep;
+    use std::sync::atomic::AtomicUsize;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (c, read, mapped) = shards(dir.path(), 200);
+    for (window, randomize) in [
+        (Window::Chunks(2), true),
+        (Window::Chunks(128), true),
+        (Window::Samples(40), true),
+        (Window::Chunks(128), false),
+    ] {
+        for (workers, rank, threads) in [(1, 0, 2), (3, 2, 1), (1, 0, 0)] {
+            for d in [&c, &read, &mapped] {
+                let counted = Arc::new(Counted(d.clone(), AtomicUsize::new(0)));
+                let src: Arc<dyn Deserializer> = counted.clone();
+                let keep = ChunkKeep::new();
+                let what = format!("{window:?} {randomize} {workers}/{rank} threads {threads}");
+                let mut loads = Vec::new();
+                for epoch in 0..3 {
+                    let conf = MinibatchConfig {
+                        workers,
+                        rank,
+                        threads: Some(threads),
+                        ..cfg(randomize, window, 5 + epoch, RunLength::Sweeps(1))
+                    };
+                    let want = drain(&mut MinibatchSource::new(d.clone(), conf.clone()).unwrap(), 17, 10_000);
+                    let mut s = MinibatchSource::new(src.clone(), conf.clone()).unwrap();
+                    s.keep_chunks(keep.clone());
+                    counted.loads();
+                    let mut got = Vec::new();
+                    while let Some(b) = s.next_minibatch(17).unwrap() {
+                        let end = b.end_of_run;
+                        got.push(b);
+                        if end {
+                            break;
+                        }
+                    }
+                    assert!(got == want, "{what} epoch {epoch}");
+                    if epoch == 1 {
+                        // A restore half way, from a source over the same keep.
+                        let mut first = MinibatchSource::new(src.clone(), conf.clone()).unwrap();
+                        first.keep_chunks(keep.clone());
+                        drain(&mut first, 17, want.len() / 2);
+                        let state = first.state();
+                        drop(first);
+                        let mut again = MinibatchSource::new(src.clone(), conf).unwrap();
+                        again.keep_chunks(keep.clone());
+                        again.restore(&state).unwrap();
+                        assert!(drain(&mut again, 17, 10_000) == want[want.len() / 2..], "{what}: restored");
+                    }
+                    drop(s);
+                    loads.push(counted.loads());
+                    assert!(keep.bytes() > 0 && keep.bytes() <= keep.peak(), "{what} epoch {epoch}");
+                }
+                let chunks = d.chunks().len();
+                assert!(loads[0] >= chunks / workers.max(1) as usize / 2, "{what}: {loads:?}");
+                if window == Window::Chunks(128) && randomize && workers == 1 {
+                    assert_eq!(loads[2], 0, "{what}: {loads:?}");
+                }
+            }
+        }
+    }
+    // Another deserializer: the keep lets go of the first one's chunks.
+    let keep = ChunkKeep::new();
+    for d in [&read, &mapped] {
+        let mut s = MinibatchSource::new(d.clone(), cfg(true, Window::Chunks(128), 1, RunLength::Sweeps(1))).unwrap();
+        s.keep_chunks(keep.clone());
+        assert!(keep.is_empty());
+        let got = drain(&mut s, 17, 10_000);
+        let want = drain(
+            &mut MinibatchSource::new(d.clone(), cfg(true, Window::Chunks(128), 1, RunLength::Sweeps(1))).unwrap(),
+            17,
+            10_000,
+        );
+        assert!(got == want);
+        drop(s);
+        assert!(keep.len() > 10 && keep.bytes() > 0, "{}", keep.len());
+    }
+    // A CTF budget of errors: loaded on demand, every epoch.
+    let p = write(dir.path(), "m.ctf", &(0..50).map(|i| format!("{i} |a {i}\n")).collect::<String>());
+    let opts = CtfOptions { chunk_size: 40, max_errors: 3, ..CtfOptions::default() };
+    let r: Arc<dyn Deserializer> = Arc::new(CtfReader::open(&p, &schema(&[("a", true, 1, false)]), &opts).unwrap());
+    let keep = ChunkKeep::new();
+    let mut s = MinibatchSource::new(r, cfg(true, Window::Chunks(128), 1, RunLength::Sweeps(1))).unwrap();
+    s.keep_chunks(keep.clone());
+    drain(&mut s, 7, 10_000);
+    drop(s);
+    assert!(keep.is_empty());
+}
+
 /// The chunks held stay within the window's chunks plus the prefetch depth (plus the chunks of the
 /// minibatch being assembled), and no thread starts before the first minibatch.
 #[test]

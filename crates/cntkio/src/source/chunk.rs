@@ -179,7 +179,29 @@ impl SourceChunk {
         self.view().append(stream, seq, dst)
     }
 
-    /// Takes the owned byte buffer back, for reuse.
+    /// The memory the chunk holds, in bytes (for a mapped CBF chunk, the bytes of the file it reads).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match &self.repr {
+            Repr::Data(d, _) => d.heap_bytes(),
+            Repr::Cbf(c) => {
+                let bytes = match &c.bytes {
+                    Bytes::Owned(v) => v.capacity(),
+                    Bytes::Anon(m, _) => m.len(),
+                    Bytes::Mapped(_, r) => r.len(),
+                };
+                let tables: usize = c
+                    .streams
+                    .iter()
+                    .map(|s| match &s.records {
+                        Records::Listed(v) => v.capacity() * 4,
+                        Records::Uniform { .. } => 0,
+                    })
+                    .sum();
+                bytes + tables
+            }
+        }
+    }
+
     /// The bytes of the buffer a load could reuse ([`SourceChunk::load_cbf`]'s `spare`); 0 if none.
     pub(crate) fn buffer_len(&self) -> usize {
         match &self.repr {

@@ -10,6 +10,9 @@
 //! ascending chunk order, on the caller's thread.
 //!
 //! Threads start at the first request, never at construction, and stop when the source is dropped.
+//!
+//! A loader may be given a [`ChunkKeep`], where the chunks it lets go of wait for the next source over the
+//! same deserializer (the next epoch of a training loop) instead of being freed.
 
 use super::{Deserializer, SourceChunk};
 use crate::Error;
@@ -39,6 +42,184 @@ struct State {
     spare_cap: usize,
     spare_bytes: u64,
     shutdown: bool,
+    /// Bytes of the `Ready` chunks.
+    live: u64,
+    keep: Option<Arc<ChunkKeep>>,
+}
+
+impl State {
+    /// Records chunk `c`, loaded (or taken from the keep), as ready.
+    fn ready(&mut self, c: u32, chunk: Arc<SourceChunk>) {
+        self.live += chunk.heap_bytes() as u64;
+        self.slots.insert(c, Slot::Ready(chunk));
+        if let Some(keep) = &self.keep {
+            let dropped = keep.lock().grown(self.live);
+            for chunk in dropped {
+                self.spare_chunk(chunk);
+            }
+        }
+    }
+
+    /// The chunk `c` from the keep, if it has it, recorded as ready.
+    fn take_kept(&mut self, c: u32) -> Option<Arc<SourceChunk>> {
+        let chunk = self.keep.as_ref()?.lock().take(c)?;
+        self.ready(c, chunk.clone());
+        Some(chunk)
+    }
+
+    /// Whether chunk `c` goes into the queue: queued already, or neither held, being loaded nor kept (a
+    /// kept one is taken from the keep instead). Marks it queued.
+    fn needs_queueing(&mut self, c: u32) -> bool {
+        let queue = match self.slots.get(&c) {
+            None => self.take_kept(c).is_none(),
+            Some(Slot::Queued) => true,
+            Some(_) => false,
+        };
+        if queue {
+            self.slots.insert(c, Slot::Queued);
+        }
+        queue
+    }
+
+    /// Chunk `chunk`, evicted: into the keep, or its buffer kept for a later load if nothing else holds it.
+    fn evicted(&mut self, c: u32, chunk: Arc<SourceChunk>) {
+        self.live = self.live.saturating_sub(chunk.heap_bytes() as u64);
+        match &self.keep {
+            Some(keep) => keep.lock().put(c, chunk),
+            None => self.spare_chunk(chunk),
+        }
+    }
+
+    /// Keeps the buffer of `chunk` for a later load, if nothing else holds it and there is room.
+    fn spare_chunk(&mut self, chunk: Arc<SourceChunk>) {
+        if let Ok(c) = Arc::try_unwrap(chunk) {
+            let held: usize = self.spare.iter().map(SourceChunk::buffer_len).sum();
+            let fits = self.spare.is_empty() || (held + c.buffer_len()) as u64 <= self.spare_bytes;
+            if self.spare.len() < self.spare_cap && c.data().is_none() && fits {
+                self.spare.push(c);
+            }
+        }
+    }
+}
+
+/// Chunks kept from one minibatch source to the next over the same deserializer, so that the epochs of a
+/// training loop — each a source of its own — load a chunk once rather than once per epoch.
+///
+/// A source given a keep ([`MinibatchSource::keep_chunks`](super::MinibatchSource::keep_chunks)) takes a
+/// chunk from it rather than load it, puts there the chunks it evicts, and leaves there all it holds when it
+/// is dropped. The chunks kept and those a source holds never add up to more bytes than the most any source
+/// of this keep held at once: with a randomization window that covers the data, every chunk stays loaded
+/// from one epoch to the next; with a smaller one, the next epoch finds those of its chunks that the keep
+/// still has (the most recently kept). A keep holds the chunks of one deserializer (one `Arc`): given to a
+/// source over another, it lets go of its chunks first. A chunk's data depends only on the chunk, so a keep
+/// never changes a minibatch; sources whose loading order matters (a CTF `maxErrors` budget) do not use it.
+#[derive(Default)]
+pub struct ChunkKeep {
+    state: Mutex<Kept>,
+}
+
+impl std::fmt::Debug for ChunkKeep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let k = self.lock();
+        f.debug_struct("ChunkKeep").field("chunks", &k.chunks.len()).field("bytes", &k.bytes).finish()
+    }
+}
+
+#[derive(Default)]
+struct Kept {
+    /// The deserializer whose chunks these are (held, so that no other takes its address).
+    owner: Option<Arc<dyn Deserializer>>,
+    /// Chunk → (chunk, its bytes, when it was kept).
+    chunks: HashMap<u32, (Arc<SourceChunk>, u64, u64)>,
+    /// `(chunk, when it was kept)`, oldest first; entries no longer in `chunks` are skipped.
+    order: VecDeque<(u32, u64)>,
+    clock: u64,
+    bytes: u64,
+    /// The most bytes of chunks a source of this keep has held at once.
+    peak: u64,
+}
+
+impl ChunkKeep {
+    /// An empty keep.
+    pub fn new() -> Arc<ChunkKeep> {
+        Arc::new(ChunkKeep::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Kept> {
+        // Nothing panics while holding the lock; the state stays consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Number of chunks kept.
+    pub fn len(&self) -> usize {
+        self.lock().chunks.len()
+    }
+
+    /// Whether no chunk is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of the chunks kept.
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
+    /// The most bytes of chunks a source of this keep has held at once: what the keep and a source hold
+    /// together never exceed.
+    pub fn peak(&self) -> u64 {
+        self.lock().peak
+    }
+
+    /// Lets go of every chunk kept.
+    pub fn clear(&self) {
+        let mut k = self.lock();
+        k.chunks.clear();
+        k.order.clear();
+        k.bytes = 0;
+    }
+
+    /// Makes the keep hold chunks of `source`: emptied if it held another deserializer's.
+    pub(crate) fn bind(&self, source: &Arc<dyn Deserializer>) {
+        let mut k = self.lock();
+        if !k.owner.as_ref().is_some_and(|o| Arc::ptr_eq(o, source)) {
+            *k = Kept { owner: Some(source.clone()), ..Kept::default() };
+        }
+    }
+}
+
+impl Kept {
+    fn take(&mut self, c: u32) -> Option<Arc<SourceChunk>> {
+        let (chunk, bytes, _) = self.chunks.remove(&c)?;
+        self.bytes -= bytes;
+        Some(chunk)
+    }
+
+    fn put(&mut self, c: u32, chunk: Arc<SourceChunk>) {
+        let bytes = chunk.heap_bytes() as u64;
+        self.clock += 1;
+        if let Some((_, old, _)) = self.chunks.insert(c, (chunk, bytes, self.clock)) {
+            self.bytes -= old;
+        }
+        self.order.push_back((c, self.clock));
+        self.bytes += bytes;
+    }
+
+    /// A source now holds `live` bytes of chunks: the peak grows to that, or the oldest chunks kept go until
+    /// the keep and the source hold no more than the peak together. Returns the chunks let go of.
+    fn grown(&mut self, live: u64) -> Vec<Arc<SourceChunk>> {
+        self.peak = self.peak.max(live);
+        let mut dropped = Vec::new();
+        while live + self.bytes > self.peak {
+            let Some((c, when)) = self.order.pop_front() else { break };
+            if self.chunks.get(&c).is_some_and(|e| e.2 == when) {
+                let (chunk, bytes, _) = self.chunks.remove(&c).expect("just seen");
+                self.bytes -= bytes;
+                dropped.push(chunk);
+            }
+        }
+        dropped
+    }
 }
 
 struct Shared {
@@ -114,6 +295,16 @@ impl Loader {
         }
     }
 
+    /// Takes chunks from `keep` before loading them and leaves there those it lets go of (not for a
+    /// source whose loading order matters).
+    pub(crate) fn keep_in(&mut self, keep: Arc<ChunkKeep>) {
+        if self.source.load_order_matters() {
+            return;
+        }
+        keep.bind(&self.source);
+        self.shared.lock().keep = Some(keep);
+    }
+
     /// Number of background threads (started or not).
     pub(crate) fn threads(&self) -> usize {
         self.threads
@@ -164,33 +355,22 @@ impl Loader {
                     true
                 }
                 Slot::Ready(a) => {
-                    evicted.push(a.clone());
+                    evicted.push((*c, a.clone()));
                     false
                 }
                 Slot::Queued | Slot::Failed(_) => false,
             }
         });
-        for a in evicted {
-            if let Ok(c) = Arc::try_unwrap(a) {
-                let held: usize = st.spare.iter().map(SourceChunk::buffer_len).sum();
-                let fits = st.spare.is_empty() || (held + c.buffer_len()) as u64 <= st.spare_bytes;
-                if st.spare.len() < st.spare_cap && c.data().is_none() && fits {
-                    st.spare.push(c);
-                }
-            }
+        for (c, a) in evicted {
+            st.evicted(c, a);
         }
         st.queue.clear();
         if self.threads == 0 {
             return;
         }
         for &c in keep {
-            match st.slots.get(&c) {
-                None => {
-                    st.slots.insert(c, Slot::Queued);
-                    st.queue.push_back(c);
-                }
-                Some(Slot::Queued) => st.queue.push_back(c),
-                Some(_) => {}
+            if st.needs_queueing(c) {
+                st.queue.push_back(c);
             }
         }
         if !st.queue.is_empty() {
@@ -209,13 +389,8 @@ impl Loader {
             let mut st = self.shared.lock();
             let mut front = Vec::new();
             for &c in needed {
-                match st.slots.get(&c) {
-                    None => {
-                        st.slots.insert(c, Slot::Queued);
-                        front.push(c);
-                    }
-                    Some(Slot::Queued) => front.push(c),
-                    Some(_) => {}
+                if st.needs_queueing(c) {
+                    front.push(c);
                 }
             }
             if !front.is_empty() {
@@ -252,6 +427,9 @@ impl Loader {
                 }
                 Some(Slot::Queued) | None => {
                     st.queue.retain(|&q| q != c);
+                    if let Some(a) = st.take_kept(c) {
+                        return Ok(a);
+                    }
                     st.slots.insert(c, Slot::Loading { wanted: true });
                     let spare = st.spare.pop();
                     drop(st);
@@ -260,7 +438,7 @@ impl Loader {
                     return match r {
                         Ok(chunk) => {
                             let a = Arc::new(chunk);
-                            st.slots.insert(c, Slot::Ready(a.clone()));
+                            st.ready(c, a.clone());
                             Ok(a)
                         }
                         Err(e) => {
@@ -291,15 +469,12 @@ fn worker(shared: &Shared, source: &dyn Deserializer) {
         let r = load(source, c, spare);
         st = shared.lock();
         match st.slots.get(&c) {
-            Some(Slot::Loading { wanted: true }) => {
-                st.slots.insert(
-                    c,
-                    match r {
-                        Ok(chunk) => Slot::Ready(Arc::new(chunk)),
-                        Err(e) => Slot::Failed(e),
-                    },
-                );
-            }
+            Some(Slot::Loading { wanted: true }) => match r {
+                Ok(chunk) => st.ready(c, Arc::new(chunk)),
+                Err(e) => {
+                    st.slots.insert(c, Slot::Failed(e));
+                }
+            },
             _ => {
                 // Evicted while loading.
                 st.slots.remove(&c);
@@ -316,7 +491,17 @@ fn worker(shared: &Shared, source: &dyn Deserializer) {
 
 impl Drop for Loader {
     fn drop(&mut self) {
-        self.shared.lock().shutdown = true;
+        let mut st = self.shared.lock();
+        st.shutdown = true;
+        if let Some(keep) = st.keep.take() {
+            let mut k = keep.lock();
+            for (c, slot) in st.slots.drain() {
+                if let Slot::Ready(a) = slot {
+                    k.put(c, a);
+                }
+            }
+        }
+        drop(st);
         self.shared.work.notify_all();
         // In a forked child the threads do not exist: joining them would wait forever. Their handles are
         // let go.

@@ -88,6 +88,7 @@ pub use state::SourceState;
 
 use crate::randomize::{elastic_needs_balanced, BlockRandomizer, EpochConfig, NoRandomizer, Pick, SequenceEnumerator};
 use crate::{Error, ErrorKind, StreamSpec};
+pub use loader::ChunkKeep;
 use loader::Loader;
 use plan::{Planner, Prefetch};
 use std::sync::Arc;
@@ -484,6 +485,13 @@ impl MinibatchSource {
         self.minibatches += 1;
         self.prefetch();
         Ok(true)
+    }
+
+    /// Takes chunks from `keep` rather than load them, and leaves there the chunks it lets go of, for the
+    /// next source over the same deserializer (see [`ChunkKeep`]). Never changes a minibatch; no effect on
+    /// a source whose loading order matters (a CTF reader with a `maxErrors` budget).
+    pub fn keep_chunks(&mut self, keep: Arc<ChunkKeep>) {
+        self.loader.keep_in(keep);
     }
 
     /// Number of background threads loading chunks (started at the first minibatch).
