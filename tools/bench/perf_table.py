@@ -326,6 +326,12 @@ def print_table(args: argparse.Namespace, cmds: Dict[str, Cmd], feed: Dict[str, 
         print(f"| Python feed, from CBF | `python3 python/bench_feed.py dense.cbf` (batches of 4096, best epoch) "
               f"| {fig} | "
               f"{vs} |")
+        k_loader = feed.get("numpy Loader, kept across epochs")
+        k_torch = feed.get("torch Loader, kept across epochs")
+        if k_loader or k_torch:
+            figs = [f"`{n}` {v:.2f}" for n, v in (("cntkio.Loader", k_loader), ("cntkio.torch.Loader", k_torch)) if v]
+            print(f"| Python feed, epochs of one loader | the same, one loader for all epochs (`set_epoch` between "
+                  f"them: its chunks stay loaded) | {', '.join(figs)} M samples/s | {vs} |")
     for n in notes:
         print(f"\nNote: {n}.")
 
