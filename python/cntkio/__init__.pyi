@@ -366,6 +366,7 @@ class Loader:
         rank: Optional[int] = ...,
         world_size: Optional[int] = ...,
         balanced_workers: bool = ...,
+        keep_chunks: bool = ...,
         layout: str = ...,
         sparse: str = ...,
         with_keys: bool = ...,

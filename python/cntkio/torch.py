@@ -184,6 +184,10 @@ class MinibatchIterable:
         balanced_workers: (cntkio) deal sequences instead of CNTK's whole chunks to the ranks and DataLoader
             workers, so that every partition gets the same number of sequences (±1) per epoch — with DDP,
             ranks then run the same number of batches when sequences have equal lengths.
+        keep_chunks: (cntkio) with shuffle and a randomization window that covers the data, keep the chunks
+            loaded from one epoch to the next in each process that reads (never more than an epoch held at
+            once), so that later epochs read nothing from the files; False frees them at the end of every
+            epoch.
     """
 
     def __init__(
@@ -203,6 +207,7 @@ class MinibatchIterable:
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         balanced_workers: bool = False,
+        keep_chunks: bool = True,
         **options: Any,
     ) -> None:
         if (deserializers is None) == (paths is None):
@@ -228,6 +233,7 @@ class MinibatchIterable:
         self.shuffle = bool(shuffle)
         self.seed = seed
         self.rank, self.world_size = distributed_rank_and_size(rank, world_size)
+        self.keep_chunks = bool(keep_chunks)
         self._options: Dict[str, Any] = dict(
             randomization_window_in_chunks=randomization_window_in_chunks,
             randomization_window_in_samples=randomization_window_in_samples,
@@ -256,7 +262,7 @@ class MinibatchIterable:
             randomize=self.shuffle,
             randomization_seed=self.seed + epoch,
             elastic_resume=None if not rounds else {"sweep": 0, "rounds": rounds},
-            _keep=self._chunk_keep(),
+            _keep=self._chunk_keep() if self.keep_chunks else None,
             **self._options,
         )
 
@@ -560,6 +566,7 @@ class MinibatchIterable:
             seed=self.seed,
             rank=self.rank,
             world_size=self.world_size,
+            keep_chunks=self.keep_chunks,
             **self._options,
         )
 

@@ -105,14 +105,13 @@ impl State {
 /// Chunks kept from one minibatch source to the next over the same deserializer, so that the epochs of a
 /// training loop — each a source of its own — load a chunk once rather than once per epoch.
 ///
-/// A source given a keep ([`MinibatchSource::keep_chunks`](super::MinibatchSource::keep_chunks)) takes a
+/// A source that uses a keep ([`MinibatchSource::keep_chunks`](super::MinibatchSource::keep_chunks)) takes a
 /// chunk from it rather than load it, puts there the chunks it evicts, and leaves there all it holds when it
 /// is dropped. The chunks kept and those a source holds never add up to more bytes than the most any source
-/// of this keep held at once: with a randomization window that covers the data, every chunk stays loaded
-/// from one epoch to the next; with a smaller one, the next epoch finds those of its chunks that the keep
-/// still has (the most recently kept). A keep holds the chunks of one deserializer (one `Arc`): given to a
-/// source over another, it lets go of its chunks first. A chunk's data depends only on the chunk, so a keep
-/// never changes a minibatch; sources whose loading order matters (a CTF `maxErrors` budget) do not use it.
+/// of this keep held at once (the oldest kept go first), so that every chunk of a data set that a window
+/// covers stays loaded from one epoch to the next, and memory stays at an epoch's peak. A keep holds the
+/// chunks of one deserializer (one `Arc`): given to a source over another, it lets go of its chunks first. A
+/// chunk's data depends only on the chunk, so a keep never changes a minibatch.
 #[derive(Default)]
 pub struct ChunkKeep {
     state: Mutex<Kept>,

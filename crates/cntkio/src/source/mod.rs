@@ -86,7 +86,9 @@ pub use deserializer::{CbfSource, Composite, Deserializer, MultiSource};
 pub use feed::{BatchPool, FedBatch, FedPart, Feed, FeedConfig, HostPin, Recycler};
 pub use state::SourceState;
 
-use crate::randomize::{elastic_needs_balanced, BlockRandomizer, EpochConfig, NoRandomizer, Pick, SequenceEnumerator};
+use crate::randomize::{
+    elastic_needs_balanced, BlockRandomizer, EpochConfig, NoRandomizer, Pick, SequenceEnumerator, Window,
+};
 use crate::{Error, ErrorKind, StreamSpec};
 pub use loader::ChunkKeep;
 use loader::Loader;
@@ -488,10 +490,19 @@ impl MinibatchSource {
     }
 
     /// Takes chunks from `keep` rather than load them, and leaves there the chunks it lets go of, for the
-    /// next source over the same deserializer (see [`ChunkKeep`]). Never changes a minibatch; no effect on
-    /// a source whose loading order matters (a CTF reader with a `maxErrors` budget).
+    /// next source over the same deserializer (see [`ChunkKeep`]). Only a randomized source whose window
+    /// covers the data uses it — the next epoch, shuffled anew, then wants every chunk at once, which this
+    /// one held at its start anyway — not a source in file order or with a smaller window, which would hold
+    /// memory between epochs for few of the chunks the next one starts with; nor a source whose loading
+    /// order matters (a CTF reader with a `maxErrors` budget). Never changes a minibatch.
     pub fn keep_chunks(&mut self, keep: Arc<ChunkKeep>) {
-        self.loader.keep_in(keep);
+        let covers = match self.config.window {
+            Window::Chunks(w) => w >= self.source.chunks().len() as u64,
+            Window::Samples(s) => s >= self.sweep_size,
+        };
+        if self.config.randomized() && covers {
+            self.loader.keep_in(keep);
+        }
     }
 
     /// Number of background threads loading chunks (started at the first minibatch).
