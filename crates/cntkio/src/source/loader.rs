@@ -202,6 +202,11 @@ impl Kept {
         }
         self.order.push_back((c, self.clock));
         self.bytes += bytes;
+        if self.order.len() > 2 * self.chunks.len() + 16 {
+            // Entries of chunks taken back out: dropped, so that epochs of taking and putting do not grow it.
+            let chunks = &self.chunks;
+            self.order.retain(|(c, when)| chunks.get(c).is_some_and(|e| e.2 == *when));
+        }
     }
 
     /// A source now holds `live` bytes of chunks: the peak grows to that, or the oldest chunks kept go until
@@ -509,5 +514,49 @@ impl Drop for Loader {
                 let _ = h.join();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ChunkData, Schema, StorageFormat, StreamSpec};
+
+    fn chunk(values: usize) -> Arc<SourceChunk> {
+        let schema = Schema::new(vec![StreamSpec::new("a", 1, StorageFormat::Dense)]).unwrap();
+        let mut d = ChunkData::new(&schema);
+        if let crate::Values::F32(v) = &mut d.streams[0].values {
+            v.reserve_exact(values);
+        }
+        Arc::new(SourceChunk::from_data(Arc::new(d)))
+    }
+
+    /// The keep and a source never hold more than the peak together; the oldest kept go first; taking
+    /// and putting back for many epochs leaves the order list bounded.
+    #[test]
+    fn kept_bytes_stay_within_the_peak() {
+        let mut k = Kept::default();
+        let sizes: Vec<u64> = (0..4).map(|i| chunk(1000 * (i + 1)).heap_bytes() as u64).collect();
+        assert!(k.grown(sizes.iter().sum()).is_empty());
+        for c in 0..4 {
+            k.put(c, chunk(1000 * (c as usize + 1)));
+        }
+        assert_eq!(k.bytes, sizes.iter().sum::<u64>());
+        // A source holding the smallest chunk's bytes anew: the oldest kept (that one) goes.
+        let dropped = k.grown(sizes[0]);
+        assert_eq!(dropped.len(), 1);
+        assert!(!k.chunks.contains_key(&0) && k.chunks.contains_key(&1));
+        assert!(k.bytes + sizes[0] <= k.peak);
+        // Then the largest one's: the oldest go until both fit.
+        assert_eq!(k.grown(sizes[3]).len(), 2);
+        assert!(k.chunks.contains_key(&3) && k.bytes + sizes[3] <= k.peak);
+        k.put(1, chunk(2000));
+        k.put(2, chunk(3000));
+        for _ in 0..1000 {
+            let c = k.take(2).unwrap();
+            k.put(2, c);
+        }
+        assert!(k.order.len() <= 2 * k.chunks.len() + 17, "{}", k.order.len());
+        assert_eq!(k.bytes, sizes[1] + sizes[2] + sizes[3]);
     }
 }
