@@ -91,7 +91,8 @@ class Ring:
     def _slot(self, size: int) -> Optional[int]:
         """A free slot of at least ``size`` bytes (a free one grown, or a new one); None when the ring is full
         of batches the main process still holds."""
-        free = [i for i in range(len(self.slots)) if self.flags[_WORKER + 2 * i] == 0 and self.flags[_MAIN + 2 * i] == 0]
+        flags = self.flags
+        free = [i for i in range(len(self.slots)) if flags[_WORKER + 2 * i] == 0 and flags[_MAIN + 2 * i] == 0]
         for i in free:
             if len(self.slots[i][1]) >= size:
                 return i

@@ -330,8 +330,10 @@ def print_table(args: argparse.Namespace, cmds: Dict[str, Cmd], feed: Dict[str, 
         k_torch = feed.get("torch Loader, kept across epochs")
         if k_loader or k_torch:
             figs = [f"`{n}` {v:.2f}" for n, v in (("cntkio.Loader", k_loader), ("cntkio.torch.Loader", k_torch)) if v]
+            later = feed.get("native, a later sweep of one run (--max-sweeps 3)")
+            vs_later = f"native, a later sweep of `--max-sweeps 3` {later:.2f} M samples/s" if later else vs
             print(f"| Python feed, epochs of one loader | the same, one loader for all epochs (`set_epoch` between "
-                  f"them: its chunks stay loaded) | {', '.join(figs)} M samples/s | {vs} |")
+                  f"them: its chunks stay loaded) | {', '.join(figs)} M samples/s | {vs_later} |")
     for n in notes:
         print(f"\nNote: {n}.")
 

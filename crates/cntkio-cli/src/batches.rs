@@ -151,15 +151,24 @@ pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
 
 /// `--bench`: reads the run without printing minibatches, assembled by `threads` threads with several
 /// minibatches in flight (the feed of a training loop, [`Feed`]); reports minibatches, samples, samples/s
-/// and peak memory on stdout as one JSON object.
+/// and peak memory on stdout as one JSON object, with `sweeps`: the samples, seconds and samples/s up to
+/// each minibatch that ends a sweep (a later sweep of a run finds its window's chunks loaded already).
 fn bench(src: MinibatchSource, mb_size: u64, threads: usize) -> Result<u8, Error> {
     let t = std::time::Instant::now();
     let mut feed = Feed::start(src, FeedConfig { size: mb_size, threads, ahead: 2 * threads + 2, group: 1 })?;
     let (mut minibatches, mut samples, mut sequences) = (0u64, 0u64, 0u64);
+    let mut sweeps = Vec::new();
+    let (mut sweep_start, mut sweep_samples) = (0.0, 0u64);
     while let Some(fed) = feed.next_batch()? {
         minibatches += fed.parts.len() as u64;
         samples += fed.batch.num_declared_samples();
         sequences += fed.batch.num_sequences() as u64;
+        if fed.parts.iter().any(|p| p.end_of_sweep) {
+            let now = t.elapsed().as_secs_f64();
+            let (n, secs) = (samples - sweep_samples, now - sweep_start);
+            sweeps.push(serde_json::json!({"samples": n, "seconds": secs, "samples_per_second": rate(n, secs)}));
+            (sweep_start, sweep_samples) = (now, samples);
+        }
         feed.recycle(fed.batch);
     }
     let secs = t.elapsed().as_secs_f64();
@@ -168,7 +177,8 @@ fn bench(src: MinibatchSource, mb_size: u64, threads: usize) -> Result<u8, Error
         "sequences": sequences,
         "samples": samples,
         "seconds": secs,
-        "samples_per_second": samples as f64 / secs.max(1e-9),
+        "samples_per_second": rate(samples, secs),
+        "sweeps": sweeps,
         "threads": threads,
         "peak_rss_bytes": peak_rss_bytes(),
     });
@@ -176,6 +186,10 @@ fn bench(src: MinibatchSource, mb_size: u64, threads: usize) -> Result<u8, Error
     out.push(b'\n');
     write_stdout(&mut std::io::stdout().lock(), &out)?;
     Ok(EXIT_OK)
+}
+
+fn rate(samples: u64, secs: f64) -> f64 {
+    samples as f64 / secs.max(1e-9)
 }
 
 /// The process's peak resident set size (Linux `VmHWM`), if known.

@@ -2334,6 +2334,30 @@ fn validate_names_a_misspelled_input_and_the_cause_of_dropped_sequences() {
     assert!(o.stderr.contains("0 error(s), 2 warning(s): valid"), "{}", o.stderr);
 }
 
+/// `batches --bench` reports the run and each sweep: the sweeps' samples add up to the run's.
+#[test]
+fn batches_bench_reports_each_sweep() {
+    let o = run(args![
+        "batches",
+        real("cbf/Simple_dense.bin").as_path(),
+        "--mb-size",
+        "7",
+        "--randomize",
+        "--max-sweeps",
+        "3",
+        "--bench"
+    ]);
+    o.code(0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sweeps = v["sweeps"].as_array().unwrap();
+    assert_eq!(sweeps.len(), 3, "{v}");
+    let total: u64 = sweeps.iter().map(|s| s["samples"].as_u64().unwrap()).sum();
+    assert_eq!(total, v["samples"].as_u64().unwrap());
+    assert!(sweeps
+        .iter()
+        .all(|s| s["samples"].as_u64().unwrap() > 0 && s["samples_per_second"].as_f64().unwrap() > 0.0));
+}
+
 #[test]
 fn sequences_the_packer_refuses_are_invalid_input() {
     // Found only when minibatches are packed, they are still the data's fault: exit 1, with their code.
