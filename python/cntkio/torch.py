@@ -26,7 +26,8 @@ sequences are dealt round robin. No sequence is read by two partitions. Rank and
 else the ``RANK`` / ``WORLD_SIZE`` environment variables (set by ``torchrun``), else 0 and 1.
 
 **Epochs and shuffling.** One iteration is one sweep over the data. Epoch ``e`` (:meth:`set_epoch`, as with
-``DistributedSampler``; call it before each epoch) is shuffled with seed ``seed + e``, which is exactly
+``DistributedSampler``; call it before each epoch, also with ``persistent_workers=True``: the workers read it
+from shared memory) is shuffled with seed ``seed + e``, which is exactly
 CNTK's sweep ``e`` of a source with ``randomization_seed=seed`` (CNTK shuffles sweep *k* with seed + *k*):
 every rank and worker derives the same order from the shared seed. ``batch_size`` is the number of samples
 (declared lengths, as CNTK counts them) per batch of each worker.
@@ -728,9 +729,24 @@ def _dataset_class() -> Any:
             clash = sorted(set(names) & made)
             if clash:
                 raise UsageError(f"stream names {clash} clash with the names of the lengths/masks/keys entries")
+            # The epoch, in shared memory: DataLoader's persistent workers keep the copy of the dataset they
+            # were started with, and read the epoch set since from here.
+            self._shared_epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+        _PICKLED_STATE = MinibatchIterable._PICKLED_STATE + ("_shared_epoch",)
+
+        def set_epoch(self, epoch: int) -> None:
+            MinibatchIterable.set_epoch(self, epoch)
+            self._shared_epoch[0] = epoch
+
+        set_epoch.__doc__ = MinibatchIterable.set_epoch.__doc__
 
         def __iter__(self) -> Iterator[Dict[str, Any]]:
             in_worker = _worker()[1] > 1 or sys.modules["torch.utils.data"].get_worker_info() is not None
+            if in_worker:
+                epoch = int(self._shared_epoch[0])
+                if epoch != self.epoch:
+                    MinibatchIterable.set_epoch(self, epoch)
             ring = _shared.ring() if in_worker else None
             for mb in self.minibatches():
                 batch = _to_tensors(mb, self.layout, self.with_keys, self.sparse)

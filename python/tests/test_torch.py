@@ -421,6 +421,29 @@ def _cntkio_shm() -> List[str]:
     return sorted(f for f in os.listdir("/dev/shm") if f.startswith("cntkio-")) if os.path.isdir("/dev/shm") else []
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_persistent_workers_follow_set_epoch(torch, tmp_path, context):
+    """DataLoader's persistent workers keep the dataset they started with: each epoch set since is read
+    from shared memory, so that epoch e is CNTK's sweep with seed + e there too (as with workers started
+    for each epoch), and the chunks kept in each worker serve the later epochs."""
+    from torch.utils.data import DataLoader
+
+    d = data(tmp_path, n=300, chunk=200)
+    opts = dict(batch_size=8, seed=4, with_keys=True)
+    want = []
+    for epoch in range(3):
+        fresh = ct.IterableDataset(d, **opts)
+        fresh.set_epoch(epoch)
+        want.append([b["keys"].tolist() for b in DataLoader(fresh, batch_size=None, num_workers=2)])
+    assert want[0] != want[1] != want[2]
+    ds = ct.IterableDataset(d, **opts)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True, multiprocessing_context=context)
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        assert [b["keys"].tolist() for b in loader] == want[epoch], f"epoch {epoch}"
+    assert pickle.loads(pickle.dumps(ds)).epoch == 2
+
+
 def _double_a(batch: Dict) -> Dict:
     """A ``collate_fn`` that reads the batch in the worker."""
     return {"a2": batch["a"] * 2, "keys": batch["keys"]}
