@@ -731,7 +731,12 @@ def _dataset_class() -> Any:
                 raise UsageError(f"stream names {clash} clash with the names of the lengths/masks/keys entries")
             # The epoch, in shared memory: DataLoader's persistent workers keep the copy of the dataset they
             # were started with, and read the epoch set since from here.
-            self._shared_epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+            self._shared_epoch = torch.zeros(1, dtype=torch.int64)
+            try:
+                self._shared_epoch.share_memory_()
+            except (RuntimeError, OSError) as e:
+                _log.warning("no shared memory for the epoch (%s): persistent DataLoader workers would not see "
+                             "set_epoch; use workers started for each epoch", e)
 
         _PICKLED_STATE = MinibatchIterable._PICKLED_STATE + ("_shared_epoch",)
 
