@@ -729,16 +729,18 @@ def _dataset_class() -> Any:
             clash = sorted(set(names) & made)
             if clash:
                 raise UsageError(f"stream names {clash} clash with the names of the lengths/masks/keys entries")
-            # The epoch, in shared memory: DataLoader's persistent workers keep the copy of the dataset they
-            # were started with, and read the epoch set since from here.
-            self._shared_epoch = torch.zeros(1, dtype=torch.int64)
+            # The epoch and the number of states loaded, in shared memory: DataLoader's persistent workers keep
+            # the copy of the dataset they were started with, and read the epoch set since from here (a state
+            # loaded since cannot reach them: they say so).
+            self._shared_epoch = torch.zeros(2, dtype=torch.int64)
+            self._states_loaded = 0
             try:
                 self._shared_epoch.share_memory_()
             except (RuntimeError, OSError) as e:
                 _log.warning("no shared memory for the epoch (%s): persistent DataLoader workers would not see "
                              "set_epoch; use workers started for each epoch", e)
 
-        _PICKLED_STATE = MinibatchIterable._PICKLED_STATE + ("_shared_epoch",)
+        _PICKLED_STATE = MinibatchIterable._PICKLED_STATE + ("_shared_epoch", "_states_loaded")
 
         def set_epoch(self, epoch: int) -> None:
             MinibatchIterable.set_epoch(self, epoch)
@@ -746,9 +748,23 @@ def _dataset_class() -> Any:
 
         set_epoch.__doc__ = MinibatchIterable.set_epoch.__doc__
 
+        def load_state_dict(self, state: Any, num_workers: Optional[int] = None) -> None:
+            MinibatchIterable.load_state_dict(self, state, num_workers)
+            self._states_loaded += 1
+            self._shared_epoch[1] = self._states_loaded
+            self._shared_epoch[0] = self.epoch
+
+        load_state_dict.__doc__ = MinibatchIterable.load_state_dict.__doc__
+
         def __iter__(self) -> Iterator[Dict[str, Any]]:
             in_worker = _worker()[1] > 1 or sys.modules["torch.utils.data"].get_worker_info() is not None
             if in_worker:
+                if int(self._shared_epoch[1]) != self._states_loaded:
+                    raise UsageError(
+                        "load_state_dict was called after this DataLoader's persistent workers started: they "
+                        "keep the dataset they started with; load the state before the DataLoader's first "
+                        "iteration (or make a new DataLoader)"
+                    )
                 epoch = int(self._shared_epoch[0])
                 if epoch != self.epoch:
                     MinibatchIterable.set_epoch(self, epoch)

@@ -442,6 +442,16 @@ def test_persistent_workers_follow_set_epoch(torch, tmp_path, context):
         ds.set_epoch(epoch)
         assert [b["keys"].tolist() for b in loader] == want[epoch], f"epoch {epoch}"
     assert pickle.loads(pickle.dumps(ds)).epoch == 2
+    # A state loaded once the workers run cannot reach them: they say so.
+    ds.load_state_dict(ds.state_dict(batches=3, num_workers=2), num_workers=2)
+    with pytest.raises(Exception, match="persistent workers started"):
+        list(loader)
+    # Loaded before the first iteration, it resumes there.
+    resumed = ct.IterableDataset(d, **opts)
+    resumed.load_state_dict(ds.state_dict(batches=3, num_workers=2), num_workers=2)
+    fresh_loader = DataLoader(resumed, batch_size=None, num_workers=2, persistent_workers=True,
+                              multiprocessing_context=context)
+    assert [b["keys"].tolist() for b in fresh_loader] == want[2][3:]
 
 
 def _double_a(batch: Dict) -> Dict:
