@@ -8,7 +8,8 @@
 #   PYTHON: an interpreter that imports cntkio (its wheel installed, or on PYTHONPATH) and, for the torch
 #           rows, PyTorch. DIR (default /tmp/cntkio-feed) holds the data (about 1.5 GB at MB=1000).
 #
-# On a machine of its own, from the repository root, with the wheel built here (.whl/ kept out of git):
+# On a machine of its own, from the repository root, with the wheel built here (.whl/ is ignored by git, so
+# a device call names it in its carry list):
 #   python3 -m pip wheel --no-deps -w .whl .
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/cntkio-*.whl
 #   PYTHONPATH=/tmp/site tools/bench/feed_device.sh
