@@ -751,8 +751,7 @@ def _dataset_class() -> Any:
         def load_state_dict(self, state: Any, num_workers: Optional[int] = None) -> None:
             MinibatchIterable.load_state_dict(self, state, num_workers)
             self._states_loaded += 1
-            self._shared_epoch[1] = self._states_loaded
-            self._shared_epoch[0] = self.epoch
+            self._shared_epoch[1] = self._states_loaded  # (its epoch, set_epoch has shared)
 
         load_state_dict.__doc__ = MinibatchIterable.load_state_dict.__doc__
 

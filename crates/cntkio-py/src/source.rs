@@ -56,17 +56,6 @@ impl Keep {
     fn __len__(&self) -> usize {
         self.keep.len()
     }
-
-    /// Bytes of the chunks kept.
-    #[getter]
-    fn bytes(&self) -> u64 {
-        self.keep.bytes()
-    }
-
-    /// Lets go of every chunk kept.
-    fn clear(&self) {
-        self.keep.clear();
-    }
 }
 
 impl Keep {
@@ -83,6 +72,19 @@ impl Keep {
         *j = Some((parts, join, d.clone()));
         Ok(d)
     }
+}
+
+/// A minibatch source over `deserializer` that takes and leaves its chunks in `keep`, if any.
+fn source_over(
+    deserializer: &Arc<dyn Deserializer>,
+    config: MinibatchConfig,
+    keep: Option<&Arc<ChunkKeep>>,
+) -> Result<MinibatchSource, Error> {
+    let mut src = MinibatchSource::new(deserializer.clone(), config)?;
+    if let Some(k) = keep {
+        src.keep_chunks(k.clone());
+    }
+    Ok(src)
 }
 
 /// One deserializer of `parts`: the only one, or them joined by key (`join`) or one after another.
@@ -213,10 +215,7 @@ fn repartition(
     }
     check_partition(rank, workers)?;
     let state = src.state();
-    let mut next = MinibatchSource::new(deserializer.clone(), MinibatchConfig { workers, rank, ..c.clone() })?;
-    if let Some(k) = keep {
-        next.keep_chunks(k.clone());
-    }
+    let mut next = source_over(deserializer, MinibatchConfig { workers, rank, ..c.clone() }, keep)?;
     next.restore(&state)?;
     *src = next;
     Ok(())
@@ -284,10 +283,7 @@ impl Source {
                     None => combine(parts, join)?,
                 };
                 let keep = keep.as_ref().map(|k| k.get().keep.clone());
-                let mut src = MinibatchSource::new(deserializer.clone(), config)?;
-                if let Some(k) = &keep {
-                    src.keep_chunks(k.clone());
-                }
+                let src = source_over(&deserializer, config, keep.as_ref())?;
                 let streams = src.streams().to_vec();
                 let (inner, hint) = (Mutex::new(src), Mutex::new(Sizes::default()));
                 Ok(Source { deserializer, keep, streams, inner, hint })
@@ -435,10 +431,6 @@ impl Source {
     /// at the start of the run.
     pub(crate) fn fresh(&self, workers: u32, rank: u32) -> Result<MinibatchSource, Error> {
         let config = lock(&self.inner).config().clone();
-        let mut src = MinibatchSource::new(self.deserializer.clone(), MinibatchConfig { workers, rank, ..config })?;
-        if let Some(k) = &self.keep {
-            src.keep_chunks(k.clone());
-        }
-        Ok(src)
+        source_over(&self.deserializer, MinibatchConfig { workers, rank, ..config }, self.keep.as_ref())
     }
 }

@@ -170,14 +170,6 @@ impl ChunkKeep {
         self.lock().peak
     }
 
-    /// Lets go of every chunk kept.
-    pub fn clear(&self) {
-        let mut k = self.lock();
-        k.chunks.clear();
-        k.order.clear();
-        k.bytes = 0;
-    }
-
     /// Makes the keep hold chunks of `source`: emptied if it held another deserializer's.
     pub(crate) fn bind(&self, source: &Arc<dyn Deserializer>) {
         let mut k = self.lock();
