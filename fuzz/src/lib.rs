@@ -11,7 +11,10 @@ use cntkio::config::{brainscript, extract_reader, load_reader_config, reader_sec
 use cntkio::convert::{ctf_to_cbf, CtfToCbf};
 use cntkio::ctf::cache::cache_path;
 use cntkio::ctf::{index_config, ScanOptions};
-use cntkio::source::{MinibatchConfig, MinibatchSource, RunLength, SourceState};
+use cntkio::randomize::Window;
+use cntkio::source::{
+    Batch, ChunkKeep, Deserializer, Feed, FeedConfig, MinibatchConfig, MinibatchSource, RunLength, SourceState,
+};
 use cntkio::{ChunkData, CtfOptions, CtfReader, Error, Schema, StorageFormat, StreamSpec};
 use cntkio::{ElementType, ErrorKind, Layout};
 use cntkio_core::cbf::{decode_file, encode_file, Header, Limits};
@@ -550,5 +553,146 @@ pub fn compressed_read(data: &[u8]) {
             assert!(n <= have.len(), "a read at {at} gave {n} bytes past the end of a stream of {}", whole.len());
             assert!(n > 0 || have.is_empty(), "a read at {at} gave nothing before the end");
         }
+    }
+}
+
+/// The minibatches a source hands out until its end (each with the checkpoint after it), and the error that
+/// stopped it, if one did.
+fn minibatches(source: &mut MinibatchSource, size: u64) -> (Vec<(Batch, SourceState)>, Option<String>) {
+    let mut out = Vec::new();
+    loop {
+        match source.next_minibatch(size) {
+            Ok(Some(b)) => out.push((b, source.state())),
+            Ok(None) => return (out, None),
+            Err(e) => return (out, Some(e.to_string())),
+        }
+        assert!(out.len() <= 1 << 20, "a run of two sweeps over a small file does not end");
+    }
+}
+
+/// The keys and the sequences (declared lengths and samples) of `batches`, one after another.
+fn contents<'a>(batches: impl IntoIterator<Item = &'a Batch>) -> (Vec<u64>, Vec<(u32, Vec<Samples>)>) {
+    let mut keys = Vec::new();
+    let mut seqs = Vec::new();
+    for b in batches {
+        keys.extend(b.data.keys.iter());
+        seqs.extend(sequences(std::slice::from_ref(&b.data)));
+    }
+    (keys, seqs)
+}
+
+/// What [`minibatches`] gave, compared exactly (values as bits, so NaN is equal to itself).
+type Outline = (Vec<(Vec<u64>, Vec<(u32, Vec<Samples>)>, bool, bool, String, SourceState)>, Option<String>);
+
+fn outline((batches, error): (Vec<(Batch, SourceState)>, Option<String>)) -> Outline {
+    let each = batches.into_iter().map(|(b, state)| {
+        let (keys, seqs) = contents([&b]);
+        (keys, seqs, b.end_of_sweep, b.end_of_run, format!("{:?}", b.bptt), state)
+    });
+    (each.collect(), error)
+}
+
+/// `feed`: CTF text under a schema from the input's fourth byte on ([`CtfCase`]), read over two sweeps by a
+/// minibatch source whose configuration the first three bytes choose. A [`Feed`] of that source hands out
+/// exactly the source's minibatches, checkpoints and error, whatever its threads, batches ahead and
+/// minibatches per batch; and sources that share a [`ChunkKeep`] (a loader's epochs: one sweep each, with
+/// seeds one apart) give the minibatches of sources without one. A source restored from the checkpoint
+/// after any minibatch gives the minibatches after it.
+///
+/// Byte 0: bit 0 randomization, bit 1 frame mode, bit 2 truncated BPTT of 3 samples, bit 3 two workers,
+/// bit 4 rank 1, bit 5 balanced workers, bit 6 a window of 2 chunks (else one covering the data), bit 7
+/// two loading threads (else chunks load on the planning thread). Byte 1: bits 0–3 the minibatch size − 1,
+/// bits 4–5 the feed's threads − 1, bits 6–7 its minibatches per batch − 1. Byte 2: bits 0–2 its batches
+/// ahead − 1, bits 3–7 the seed.
+pub fn feed(data: &[u8]) {
+    let Some((&[b0, b1, b2], rest)) = data.split_first_chunk::<3>() else { return };
+    let Some(case) = CtfCase::new(rest) else { return };
+    let (_dir, path) = temp_file("data.ctf", case.text);
+    let ctf = CtfOptions {
+        chunk_size: 64,
+        skip_sequence_ids: case.skip_sequence_ids,
+        max_errors: case.error_cap as u64 - 1,
+        ..CtfOptions::default()
+    };
+    let Ok(reader) = CtfReader::open(&path, &case.schema, &ctf) else { return };
+    let reader: Arc<dyn Deserializer> = Arc::new(reader);
+    let workers = if b0 & 8 != 0 { 2 } else { 1 };
+    let config = |seed: u64, sweeps: u64| MinibatchConfig {
+        randomize: b0 & 1 != 0,
+        frame_mode: b0 & 2 != 0,
+        truncation_length: if b0 & 4 != 0 { 3 } else { 0 },
+        workers,
+        rank: u32::from(b0 >> 4 & 1) % workers,
+        balanced_workers: b0 & 32 != 0,
+        window: if b0 & 64 != 0 { Window::Chunks(2) } else { Window::Chunks(1 << 20) },
+        threads: Some(if b0 & 128 != 0 { 2 } else { 0 }),
+        seed,
+        run_length: RunLength::Sweeps(sweeps),
+        ..MinibatchConfig::default()
+    };
+    let size = 1 + u64::from(b1 & 15);
+    let seed = u64::from(b2 >> 3);
+    let Ok(mut source) = MinibatchSource::new(reader.clone(), config(seed, 2)) else { return };
+    let (want, error) = minibatches(&mut source, size);
+
+    let how = FeedConfig {
+        size,
+        threads: 1 + usize::from(b1 >> 4 & 3),
+        ahead: 1 + usize::from(b2 & 7),
+        group: 1 + usize::from(b1 >> 6),
+    };
+    let source = MinibatchSource::new(reader.clone(), config(seed, 2)).expect("the same configuration");
+    let mut feed = Feed::start(source, how).expect("a feed starts");
+    let mut next = 0;
+    let fed_error = loop {
+        match feed.next_batch() {
+            Ok(Some(f)) => {
+                assert_eq!(f.index, next as u64, "{how:?}");
+                let n = f.parts.len();
+                assert!(n >= 1 && n <= how.group && next + n <= want.len(), "{n} minibatches at {next}, {how:?}");
+                let parts = &want[next..next + n];
+                assert_eq!(contents([&f.batch]), contents(parts.iter().map(|(b, _)| b)), "at {next}, {how:?}");
+                let last = &parts[n - 1].0;
+                assert_eq!((f.batch.end_of_sweep, f.batch.end_of_run), (last.end_of_sweep, last.end_of_run));
+                assert!(n == 1 || f.batch.bptt.is_none(), "a BPTT minibatch shares a batch");
+                assert_eq!(f.batch.bptt, last.bptt, "the BPTT layout of minibatch {next}");
+                for (p, (b, state)) in f.parts.iter().zip(parts) {
+                    assert_eq!(
+                        (p.sequences, p.end_of_sweep, p.end_of_run),
+                        (b.num_sequences(), b.end_of_sweep, b.end_of_run)
+                    );
+                    assert_eq!(&p.state, state, "the checkpoint after minibatch {next}");
+                }
+                next += n;
+                if next % 2 == 0 {
+                    feed.recycle(f.batch);
+                }
+            }
+            Ok(None) => break None,
+            Err(e) => break Some(e.to_string()),
+        }
+    };
+    assert_eq!((next, &fed_error), (want.len(), &error), "{how:?}");
+
+    // A checkpoint taken after any minibatch resumes with the minibatches after it.
+    if !want.is_empty() {
+        let m = (usize::from(b1) * 31 + usize::from(b2)) % want.len();
+        let mut resumed = MinibatchSource::new(reader.clone(), config(seed, 2)).expect("the same configuration");
+        resumed.restore(&want[m].1).expect("a source restores its own checkpoint");
+        let rest = outline(minibatches(&mut resumed, size));
+        assert!(rest == outline((want[m + 1..].to_vec(), error.clone())), "resumed after minibatch {m}");
+    }
+
+    // Epochs of a loader: one sweep each, the chunks kept from one to the next.
+    let keep = ChunkKeep::new();
+    for epoch in 0..2 {
+        let Ok(mut plain) = MinibatchSource::new(reader.clone(), config(seed + epoch, 1)) else { return };
+        let want = outline(minibatches(&mut plain, size));
+        let mut kept = MinibatchSource::new(reader.clone(), config(seed + epoch, 1)).expect("the same configuration");
+        kept.keep_chunks(keep.clone());
+        let got = outline(minibatches(&mut kept, size));
+        assert!(got == want, "epoch {epoch} over kept chunks differs");
+        drop(kept);
+        assert!(keep.bytes() <= keep.peak(), "the keep holds more than a source held at once");
     }
 }

@@ -36,4 +36,13 @@ macro_rules! replay_tests {
     };
 }
 
-replay_tests!(ctf_parse, cbf_read, ctf_cbf_roundtrip, config_parse, checkpoint_restore, index_cache, compressed_read);
+replay_tests!(
+    ctf_parse,
+    cbf_read,
+    ctf_cbf_roundtrip,
+    config_parse,
+    checkpoint_restore,
+    index_cache,
+    compressed_read,
+    feed
+);

@@ -60,10 +60,14 @@ pub struct CtfReader {
 /// The bytes of per-sequence index entries a [`CtfReader`] keeps at most; beyond, it keeps none.
 pub const SEQUENCE_TABLES_BUDGET: usize = 64 << 20;
 
+/// The `maxErrors` budget of a reader: each chunk's errors count once, the first time it loads.
 #[derive(Debug, Default)]
 struct Budget {
     used: u64,
     counted: Vec<bool>,
+    /// The chunks whose errors ran the budget out, and the error they gave: loaded again, they give it
+    /// again (their parse stopped there, so what it holds is not the chunk).
+    exceeded: HashMap<u32, Error>,
 }
 
 impl CtfReader {
@@ -133,7 +137,7 @@ impl CtfReader {
             index,
             compact,
             main_alias: cfg.main_alias,
-            budget: Mutex::new(Budget { used: 0, counted: vec![false; n] }),
+            budget: Mutex::new(Budget { used: 0, counted: vec![false; n], exceeded: HashMap::new() }),
             kept: Mutex::new(HashMap::new()),
         })
     }
@@ -231,10 +235,16 @@ impl CtfReader {
         })?;
         {
             let mut b = self.budget.lock().expect("lock");
+            if let Some(e) = b.exceeded.get(&(i as u32)) {
+                return Err(e.clone());
+            }
             if !b.counted[i] {
                 b.counted[i] = true;
-                apply_budget(&mut b.used, self.options.max_errors, &p)
-                    .map_err(|e| explain(&self.file, self.schema(), &p.desc, e))?;
+                if let Err(e) = apply_budget(&mut b.used, self.options.max_errors, &p) {
+                    let e = explain(&self.file, self.schema(), &p.desc, e);
+                    b.exceeded.insert(i as u32, e.clone());
+                    return Err(e);
+                }
             }
         }
         if let Some(f) = p.fatal {
@@ -492,6 +502,26 @@ mod tests {
             MinibatchSource::new(Arc::new(r), MinibatchConfig::default()).unwrap_err().to_string()
         };
         assert_eq!(refused(usize::MAX), refused(0));
+    }
+
+    #[test]
+    fn a_chunk_that_ran_the_error_budget_out_fails_every_time_it_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.ctf");
+        // Sequences with a bad second row (an error the budget tolerates), in chunks of about one: the fourth
+        // error runs maxErrors 3 out.
+        let text = (0..8).map(|i| format!("{i} |a 1 2\n{i} .\n")).collect::<String>();
+        std::fs::write(&path, text).unwrap();
+        let schema = Schema::new(vec![StreamSpec::new("a", 2, StorageFormat::Dense)]).unwrap();
+        let opts = CtfOptions { chunk_size: 20, max_errors: 3, ..CtfOptions::default() };
+        let r = CtfReader::open(&path, &schema, &opts).unwrap();
+        let (k, first) = (0..r.index().chunks.len())
+            .find_map(|k| r.load_chunk(k).err().map(|e| (k, e.to_string())))
+            .expect("a chunk runs the budget out");
+        assert!(first.contains("maxErrors = 3"), "{first}");
+        for _ in 0..2 {
+            assert_eq!(r.load_chunk(k).unwrap_err().to_string(), first);
+        }
     }
 
     proptest! {
