@@ -6,6 +6,7 @@
 //! test can (`cntkio`, `cntkio_core`, `tempfile` and `std`). Each check asserts a property, not only the
 //! absence of a panic; inputs a check cannot use (say a schema that `Schema::new` refuses) end it early.
 
+use cntkio::arrow::{ArrowFile, ArrowSource};
 use cntkio::cbf::{CbfFile, CbfOptions};
 use cntkio::config::{brainscript, extract_reader, load_reader_config, reader_sections};
 use cntkio::convert::{ctf_to_cbf, CtfToCbf};
@@ -694,5 +695,41 @@ pub fn feed(data: &[u8]) {
         assert!(got == want, "epoch {epoch} over kept chunks differs");
         drop(kept);
         assert!(keep.bytes() <= keep.peak(), "the keep holds more than a source held at once");
+    }
+}
+
+/// Every chunk of an Parquet or Arrow IPC file, read in the order `order` gives: its data and its sequences,
+/// or the kind of the error, chunk by chunk.
+fn read_arrow_chunks(file: &ArrowFile, order: impl Iterator<Item = usize>) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = order
+        .map(|k| {
+            let data = file.read_chunk(k).map_err(|e| format!("{:?}", e.kind()));
+            let mut seqs = Vec::new();
+            let seqs = file.read_sequences(k, &mut seqs).map(|()| seqs).map_err(|e| format!("{:?}", e.kind()));
+            if let Ok(d) = &data {
+                assert!(sparse_indices_in_range(d), "chunk {k}: a sparse index out of range was decoded");
+            }
+            (k, format!("{data:?} {seqs:?}"))
+        })
+        .collect();
+    out.sort_by_key(|(k, _)| *k);
+    out
+}
+
+/// `arrow_read`: arbitrary bytes as a Parquet or Arrow IPC file in cntkio's mapping (told apart by their
+/// magic). Opening and reading it never panics outside the decoders' guard (a panic inside those other
+/// crates becomes an error naming the file); each chunk reads the same front to back and back to front;
+/// what a chunk decodes keeps its sparse indices in range; and the file opens as a deserializer exactly
+/// when its chunks' sequences all read.
+pub fn arrow_read(data: &[u8]) {
+    let (_dir, path) = temp_file("data.bin", data);
+    let Ok(file) = ArrowFile::open(&path) else { return };
+    let n = file.chunk_count();
+    let forward = read_arrow_chunks(&file, 0..n);
+    let backward = read_arrow_chunks(&file, (0..n).rev());
+    assert_eq!(forward, backward, "chunks read in another order differ");
+    let all_sequences = (0..n).all(|k| file.read_sequences(k, &mut Vec::new()).is_ok());
+    if let (Ok(_), false) = (ArrowSource::open(&path), all_sequences) {
+        panic!("the file opens as a deserializer although a chunk's sequences do not read");
     }
 }

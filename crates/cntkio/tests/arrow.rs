@@ -329,6 +329,15 @@ fn foreign_and_damaged_files_are_errors() {
     std::fs::write(&long, &b).unwrap();
     let e = ArrowFile::open(&long).unwrap_err();
     assert!(e.to_string().contains("footer's length 2147483647"), "{e}");
+    // A record batch whose block in the footer claims more bytes than the file holds is refused at open,
+    // before anything is allocated for it (the IPC reader would allocate and zero all of it).
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/arrow/body-length-past-the-end.arrow");
+    let e = ArrowFile::open(&fixture).unwrap_err();
+    assert_eq!(e.code(), "E0102", "{e}");
+    assert!(
+        e.to_string().contains("record batch 1: bytes 4096..+1024+17179885568 lie outside the file of 7682 bytes"),
+        "{e}"
+    );
     // Garbage between the magic bytes.
     let garbage = dir.path().join("g.parquet");
     std::fs::write(&garbage, b"PAR1\x00\x01\x02\x03\xff\xff\xff\x7fPAR1").unwrap();

@@ -44,5 +44,6 @@ replay_tests!(
     checkpoint_restore,
     index_cache,
     compressed_read,
-    feed
+    feed,
+    arrow_read
 );

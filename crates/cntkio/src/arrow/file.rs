@@ -11,10 +11,11 @@ use arrow_array::{Array, RecordBatch};
 use arrow_ipc::reader::FileReader;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
+use std::cell::Cell;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 
 /// Rows decoded at a time from a Parquet row group at most (a row group of more rows is decoded in
 /// several batches).
@@ -25,15 +26,35 @@ const PARQUET_BATCH_ROWS: usize = 64 * 1024;
 const PARQUET_BATCH_BYTES: u64 = 16 << 20;
 
 /// The Parquet decoder and the IPC reader are other crates' code fed untrusted bytes: a panic in them
-/// on a malformed file becomes an error naming the file, never an abort of the caller.
+/// on a malformed file becomes an error naming the file, never an abort of the caller, and prints
+/// nothing (the panic hook stays quiet while this thread is in here; other panics print as before).
 fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let was = QUIET.with(|q| q.replace(true));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(was));
+    match r {
         Ok(r) => r,
         Err(p) => {
             Err(format_error(format!("the {what} decoder failed on this file: {}", crate::panic_message(p.as_ref()))))
         }
     }
 }
+
+thread_local! {
+    /// This thread is in [`guarded`]: a panic is caught there and reported as an error.
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Installs, once, the panic hook that [`QUIET`] silences.
+static QUIET_HOOK: Once = Once::new();
 
 pub(super) fn parquet_error(e: parquet::errors::ParquetError) -> Error {
     match e {
@@ -74,21 +95,52 @@ fn check_column_chunks(meta: &ArrowReaderMetadata, file_len: u64) -> Result<(), 
     Ok(())
 }
 
-/// The IPC reader allocates the footer's length (the 4 bytes before the closing magic) before reading it:
-/// it is checked against the file first.
-fn check_footer_length(f: &mut File, file_len: u64) -> Result<(), Error> {
+/// An Arrow IPC file's reader (its footer's length checked first).
+fn open_ipc(path: &Path) -> Result<FileReader<BufReader<File>>, Error> {
+    let p = path.display();
+    let mut f = File::open(path).map_err(|e| Error::io(format!("open {p}"), e))?;
+    let file_len = f.metadata().map_err(|e| Error::io(format!("stat {p}"), e))?.len();
+    check_footer(&mut f, file_len)?;
+    FileReader::try_new(BufReader::new(f), None).map_err(ipc_error)
+}
+
+/// The IPC reader allocates the footer's length (the 4 bytes before the closing magic) before reading it,
+/// and each record batch's (or dictionary's) lengths before reading it: all are checked against the file
+/// first, so that no number in the file makes it allocate more than the file holds.
+fn check_footer(f: &mut File, file_len: u64) -> Result<(), Error> {
     use std::io::{Read, Seek, SeekFrom};
+    let io = |e| Error::io("read the Arrow IPC footer", e);
     let mut tail = [0u8; 4];
-    f.seek(SeekFrom::Start(file_len.saturating_sub(10)))
-        .and_then(|_| f.read_exact(&mut tail))
-        .and_then(|_| f.seek(SeekFrom::Start(0)))
-        .map_err(|e| Error::io("read the Arrow IPC footer", e))?;
+    f.seek(SeekFrom::Start(file_len.saturating_sub(10))).and_then(|_| f.read_exact(&mut tail)).map_err(io)?;
     let footer_len = i32::from_le_bytes(tail);
     // Magic (8 bytes with padding) + footer + length (4) + magic (6).
-    if u64::try_from(footer_len).ok().is_none_or(|n| n + 18 > file_len) {
+    let Some(len) = u64::try_from(footer_len).ok().filter(|n| n + 18 <= file_len) else {
         return Err(format_error(format!(
             "the footer's length {footer_len} does not fit in the file of {file_len} bytes"
         )));
+    };
+    let mut footer = vec![0u8; len as usize];
+    f.seek(SeekFrom::Start(file_len - 10 - len))
+        .and_then(|_| f.read_exact(&mut footer))
+        .and_then(|_| f.seek(SeekFrom::Start(0)))
+        .map_err(io)?;
+    let footer =
+        arrow_ipc::root_as_footer(&footer).map_err(|e| format_error(format!("invalid Arrow IPC footer: {e}")))?;
+    let blocks = [("record batch", footer.recordBatches()), ("dictionary", footer.dictionaries())];
+    for (what, list) in blocks {
+        for (k, b) in list.iter().flatten().enumerate() {
+            let end = [b.offset(), i64::from(b.metaDataLength()), b.bodyLength()]
+                .into_iter()
+                .try_fold(0u64, |sum, n| u64::try_from(n).ok().and_then(|n| sum.checked_add(n)));
+            if end.is_none_or(|end| end > file_len) {
+                return Err(format_error(format!(
+                    "{what} {k}: bytes {}..+{}+{} lie outside the file of {file_len} bytes",
+                    b.offset(),
+                    b.metaDataLength(),
+                    b.bodyLength()
+                )));
+            }
+        }
     }
     Ok(())
 }
@@ -134,12 +186,12 @@ impl ArrowFile {
             }
         };
         let open = || File::open(path).map_err(|e| Error::io(format!("open {p}"), e));
-        let file_len = std::fs::metadata(path).map_err(|e| Error::io(format!("stat {p}"), e))?.len();
         let (inner, schema, rows) =
             guarded(if format == ArrowFormat::Parquet { "Parquet" } else { "Arrow IPC" }, || {
                 Ok(match format {
                     ArrowFormat::Parquet => {
                         let meta = ArrowReaderMetadata::load(&open()?, Default::default()).map_err(parquet_error)?;
+                        let file_len = std::fs::metadata(path).map_err(|e| Error::io(format!("stat {p}"), e))?.len();
                         check_column_chunks(&meta, file_len)?;
                         let rows =
                             meta.metadata().row_groups().iter().map(|g| u64::try_from(g.num_rows()).ok()).collect();
@@ -147,9 +199,7 @@ impl ArrowFile {
                         (Inner::Parquet(meta), schema, rows)
                     }
                     ArrowFormat::Ipc => {
-                        let mut f = open()?;
-                        check_footer_length(&mut f, file_len)?;
-                        let r = FileReader::try_new(BufReader::new(f), None).map_err(ipc_error)?;
+                        let r = open_ipc(path)?;
                         let schema = r.schema();
                         let rows = vec![None; r.num_batches()];
                         (Inner::Ipc(Box::new(Mutex::new(r))), schema, rows)
@@ -219,7 +269,17 @@ impl ArrowFile {
                 Ok(())
             }
             Inner::Ipc(r) => {
-                let mut r = r.lock().map_err(|_| Error::internal("an Arrow IPC reader was poisoned by a panic"))?;
+                let mut r = match r.lock() {
+                    Ok(r) => r,
+                    Err(poisoned) => {
+                        // The decoder panicked on a damaged record batch, leaving this reader as it was then:
+                        // a fresh one reads the other batches as if that had not happened.
+                        let mut fresh = poisoned.into_inner();
+                        *fresh = open_ipc(&self.path)?;
+                        r.clear_poison();
+                        fresh
+                    }
+                };
                 r.set_index(k).map_err(ipc_error)?;
                 let batch =
                     r.next().ok_or_else(|| format_error(format!("record batch {k} is missing")))?.map_err(ipc_error)?;
