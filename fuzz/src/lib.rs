@@ -14,7 +14,8 @@ use cntkio::ctf::cache::cache_path;
 use cntkio::ctf::{index_config, ScanOptions};
 use cntkio::randomize::Window;
 use cntkio::source::{
-    Batch, ChunkKeep, Deserializer, Feed, FeedConfig, MinibatchConfig, MinibatchSource, RunLength, SourceState,
+    Batch, CbfSource, ChunkKeep, Deserializer, Feed, FeedConfig, MinibatchConfig, MinibatchSource, MultiSource,
+    RunLength, SourceState,
 };
 use cntkio::{ChunkData, CtfOptions, CtfReader, Error, Schema, StorageFormat, StreamSpec};
 use cntkio::{ElementType, ErrorKind, Layout};
@@ -593,18 +594,19 @@ fn outline((batches, error): (Vec<(Batch, SourceState)>, Option<String>)) -> Out
     (each.collect(), error)
 }
 
-/// `feed`: CTF text under a schema from the input's fourth byte on ([`CtfCase`]), read over two sweeps by a
-/// minibatch source whose configuration the first three bytes choose. A [`Feed`] of that source hands out
-/// exactly the source's minibatches, checkpoints and error, whatever its threads, batches ahead and
-/// minibatches per batch; and sources that share a [`ChunkKeep`] (a loader's epochs: one sweep each, with
-/// seeds one apart) give the minibatches of sources without one. A source restored from the checkpoint
-/// after any minibatch gives the minibatches after it.
+/// `feed`: CTF text under a schema from the input's fourth byte on ([`CtfCase`]), or that text converted to
+/// CBF (alone, or after the text as a second file), read over two sweeps by a minibatch source whose
+/// configuration the first three bytes choose. A [`Feed`] of that source hands out exactly the source's minibatches, checkpoints and error, whatever its
+/// threads, batches ahead and minibatches per batch; a source restored from the checkpoint after any
+/// minibatch gives the minibatches after it; and sources that share a [`ChunkKeep`] (a loader's epochs: one
+/// sweep each, with seeds one apart) give the minibatches of sources without one.
 ///
 /// Byte 0: bit 0 randomization, bit 1 frame mode, bit 2 truncated BPTT of 3 samples, bit 3 two workers,
 /// bit 4 rank 1, bit 5 balanced workers, bit 6 a window of 2 chunks (else one covering the data), bit 7
 /// two loading threads (else chunks load on the planning thread). Byte 1: bits 0–3 the minibatch size − 1,
 /// bits 4–5 the feed's threads − 1, bits 6–7 its minibatches per batch − 1. Byte 2: bits 0–2 its batches
-/// ahead − 1, bits 3–7 the seed.
+/// ahead − 1, bit 3 the text converted to CBF and read from there (mapped), bit 4 (with bit 3) the text and
+/// its conversion read one after the other as one source, bits 5–7 the seed.
 pub fn feed(data: &[u8]) {
     let Some((&[b0, b1, b2], rest)) = data.split_first_chunk::<3>() else { return };
     let Some(case) = CtfCase::new(rest) else { return };
@@ -616,7 +618,30 @@ pub fn feed(data: &[u8]) {
         ..CtfOptions::default()
     };
     let Ok(reader) = CtfReader::open(&path, &case.schema, &ctf) else { return };
-    let reader: Arc<dyn Deserializer> = Arc::new(reader);
+    let mut reader: Arc<dyn Deserializer> = Arc::new(reader);
+    if b2 & 8 != 0 {
+        // The text converted to CBF (chunks of one or two sequences), read from the mapped file.
+        let output = path.with_extension("cbf");
+        let how = CtfToCbf {
+            ctf: CtfOptions { skip_sequence_ids: case.skip_sequence_ids, ..CtfOptions::default() },
+            writer: cntkio::cbf::CbfWriterOptions::new(64),
+            scan: ScanOptions::default(),
+            access: cntkio::Access::Read,
+            hooks: cntkio::convert::Hooks::default(),
+        };
+        if ctf_to_cbf(&path, &output, &case.schema, &how, &mut |_| {}).is_err() {
+            return;
+        }
+        let options = CbfOptions::default().mmap(true);
+        let cbf: Arc<dyn Deserializer> =
+            Arc::new(CbfSource::open_with(&output, &options).expect("a converted file opens"));
+        reader = if b2 & 16 != 0 {
+            // The text and its conversion one after the other, as the files of one source.
+            Arc::new(MultiSource::new(vec![reader, cbf]).expect("a file and its conversion have the same streams"))
+        } else {
+            cbf
+        };
+    }
     let workers = if b0 & 8 != 0 { 2 } else { 1 };
     let config = |seed: u64, sweeps: u64| MinibatchConfig {
         randomize: b0 & 1 != 0,
@@ -632,7 +657,7 @@ pub fn feed(data: &[u8]) {
         ..MinibatchConfig::default()
     };
     let size = 1 + u64::from(b1 & 15);
-    let seed = u64::from(b2 >> 3);
+    let seed = u64::from(b2 >> 5);
     let Ok(mut source) = MinibatchSource::new(reader.clone(), config(seed, 2)) else { return };
     let (want, error) = minibatches(&mut source, size);
 
