@@ -642,6 +642,34 @@ pub fn feed(data: &[u8]) {
             cbf
         };
     }
+    check_feed(&reader, [b0, b1, b2]);
+}
+
+/// `cbf_feed`: the input's fourth byte on as a CBF file, read mapped or with positioned reads (bit 3 of
+/// byte 2), by the minibatch sources and feeds of [`feed`], whose first three bytes it shares: whatever the
+/// file holds, they never panic, and they agree as [`feed`] says (checkpoints resume exactly where the
+/// chunk table's sample counts are the sums of the sequences').
+pub fn cbf_feed(data: &[u8]) {
+    let Some((&[b0, b1, b2], file)) = data.split_first_chunk::<3>() else { return };
+    let (_dir, path) = temp_file("data.cbf", file);
+    let options = CbfOptions::default().mmap(b2 & 8 != 0);
+    let Ok(reader) = CbfSource::open_with(&path, &options) else { return };
+    // A dense stream of dimension 0 takes no bytes a sample, so its records may count any number of samples;
+    // the checks' own copy of the data (a list a sample) could not hold them.
+    if reader.streams().iter().any(|s| s.dim == 0 && s.format == StorageFormat::Dense) {
+        return;
+    }
+    check_feed(&(Arc::new(reader) as Arc<dyn Deserializer>), [b0, b1, b2]);
+}
+
+/// The checks of [`feed`] on `reader`, configured by `[b0, b1, b2]` as [`feed`] says (bits 3–4 of `b2`
+/// excepted).
+fn check_feed(reader: &Arc<dyn Deserializer>, [b0, b1, b2]: [u8; 3]) {
+    // Truncated BPTT delivers streams dense, up to 2^30 values a minibatch: wide sparse streams would make
+    // each run take gigabytes (the limit itself has its test in tests/minibatch.rs).
+    if b0 & 4 != 0 && reader.streams().iter().map(|s| s.dim).sum::<usize>() > 1 << 16 {
+        return;
+    }
     let workers = if b0 & 8 != 0 { 2 } else { 1 };
     let config = |seed: u64, sweeps: u64| MinibatchConfig {
         randomize: b0 & 1 != 0,
@@ -700,8 +728,15 @@ pub fn feed(data: &[u8]) {
     };
     assert_eq!((next, &fed_error), (want.len(), &error), "{how:?}");
 
-    // A checkpoint taken after any minibatch resumes with the minibatches after it.
-    if !want.is_empty() {
+    // A checkpoint taken after any minibatch resumes with the minibatches after it: where every chunk's
+    // sample count is the sum of its sequences' (a checkpoint is a sample position, and a CBF file whose
+    // chunk table says otherwise, which CNTK reads and `cntkio validate` reports, has no consistent ones).
+    let consistent = reader.chunks().iter().enumerate().all(|(k, c)| {
+        let mut seqs = Vec::new();
+        reader.sequences(k as u32, &mut seqs).is_ok()
+            && seqs.iter().map(|s| u64::from(s.num_samples)).sum::<u64>() == c.num_samples
+    });
+    if consistent && !want.is_empty() {
         let m = (usize::from(b1) * 31 + usize::from(b2)) % want.len();
         let mut resumed = MinibatchSource::new(reader.clone(), config(seed, 2)).expect("the same configuration");
         resumed.restore(&want[m].1).expect("a source restores its own checkpoint");

@@ -45,5 +45,6 @@ replay_tests!(
     index_cache,
     compressed_read,
     feed,
-    arrow_read
+    arrow_read,
+    cbf_feed
 );

@@ -1928,3 +1928,37 @@ impl ConcatKeys for Vec<Batch> {
         self.iter().flat_map(|b| b.data.keys.iter()).collect()
     }
 }
+
+/// Truncated BPTT delivers every stream dense: a sparse stream's dimension times the samples of a minibatch,
+/// or of one sequence held for it, beyond `2^30` values is an error before anything that size is allocated.
+#[test]
+fn truncated_bptt_refuses_dense_minibatches_past_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    // A sequence of 16 samples, then one of 2.
+    let mut text = (0..16).map(|i| format!("0 |s {i}:1\n")).collect::<String>();
+    text += "1 |s 1:1\n1 |s 2:1\n";
+    let p = write(dir.path(), "big.ctf", &text);
+    let run = |dim: usize, size: u64| {
+        let d = ctf(&p, &[("s", false, dim, false)], 1 << 20);
+        let conf = MinibatchConfig { truncation_length: 4, ..cfg(false, Window::Chunks(128), 0, RunLength::Sweeps(1)) };
+        let mut s = MinibatchSource::new(d, conf).unwrap();
+        let mut n = 0;
+        loop {
+            match s.next_minibatch(size) {
+                Ok(Some(_)) => n += 1,
+                Ok(None) => return Ok(n),
+                Err(e) => return Err((n, e)),
+            }
+        }
+    };
+    // 8 samples of dim 2^28: 2^31 values a minibatch.
+    let (n, e) = run(1 << 28, 8).unwrap_err();
+    assert_eq!((n, e.code()), (0, "E3002"), "{e}");
+    assert!(e.to_string().contains("a minibatch of 8 samples × 268435456 values a sample"), "{e}");
+    // 4 samples of dim 2^27 a minibatch (2^29 values) pass, but the 16-sample sequence held whole does not.
+    let (n, e) = run(1 << 27, 4).unwrap_err();
+    assert_eq!((n, e.code()), (0, "E3002"), "{e}");
+    assert!(e.to_string().contains("sequence 0 of 16 samples × 134217728 values a sample"), "{e}");
+    // Within the limit, the same data reads.
+    assert!(run(1 << 10, 4).unwrap() > 0);
+}

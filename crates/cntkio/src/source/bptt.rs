@@ -185,6 +185,7 @@ impl Packer {
                 .with_sequence(pick.key));
             }
         }
+        check_dense(|| format!("sequence {}", pick.key), len, streams).map_err(|e| e.with_sequence(pick.key))?;
         if self.scratch.len() != streams.len() {
             self.scratch = streams.iter().map(|s| StreamData::new(s.format, s.dim, s.element_type)).collect();
         }
@@ -323,6 +324,26 @@ fn densify(s: &StreamData) -> Values {
             v
         }
     }
+}
+
+/// The most values, all streams together, that a truncated-BPTT minibatch or one sequence held for it may
+/// take once dense (2^30: 4 GiB of float32). BPTT delivers every stream dense, and a sparse stream's
+/// dimension (a number in the file) times its samples could otherwise ask for any amount of memory.
+pub(crate) const MAX_DENSE_VALUES: u64 = 1 << 30;
+
+/// Errors when `samples` samples of `streams`, dense, would take more than [`MAX_DENSE_VALUES`] values;
+/// `what` names them ("a minibatch of …").
+pub(crate) fn check_dense(what: impl FnOnce() -> String, samples: u64, streams: &[StreamSpec]) -> Result<(), Error> {
+    let per_sample = streams.iter().map(|s| s.dim as u64).fold(0u64, u64::saturating_add);
+    let values = samples.saturating_mul(per_sample);
+    if values > MAX_DENSE_VALUES {
+        let what = format!(
+            "truncated BPTT delivers every stream dense: {} of {samples} samples × {per_sample} values a sample",
+            what()
+        );
+        return Err(Error::limit(what, values, MAX_DENSE_VALUES));
+    }
+    Ok(())
 }
 
 /// The streams of a truncated-BPTT minibatch: every stream dense.

@@ -457,6 +457,7 @@ impl MinibatchSource {
     fn next_bptt(&mut self, size: u64, batch: &mut Batch) -> Result<bool, Error> {
         let tau = self.config.truncation_length;
         self.packer.configure(size, tau, self.config.workers, self.config.rank)?;
+        bptt::check_dense(|| "a minibatch".to_string(), size.max(tau), self.source.streams())?;
         self.start(true)?;
         for r in 0..self.packer.rows() {
             while self.packer.wants(r, tau) {
