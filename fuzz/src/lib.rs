@@ -684,10 +684,11 @@ fn check_feed(reader: &Arc<dyn Deserializer>, [b0, b1, b2]: [u8; 3]) {
         run_length: RunLength::Sweeps(sweeps),
         ..MinibatchConfig::default()
     };
+    let source = |seed: u64, sweeps: u64| MinibatchSource::new(reader.clone(), config(seed, sweeps));
     let size = 1 + u64::from(b1 & 15);
     let seed = u64::from(b2 >> 5);
-    let Ok(mut source) = MinibatchSource::new(reader.clone(), config(seed, 2)) else { return };
-    let (want, error) = minibatches(&mut source, size);
+    let Ok(mut first) = source(seed, 2) else { return };
+    let (want, error) = minibatches(&mut first, size);
 
     let how = FeedConfig {
         size,
@@ -695,8 +696,7 @@ fn check_feed(reader: &Arc<dyn Deserializer>, [b0, b1, b2]: [u8; 3]) {
         ahead: 1 + usize::from(b2 & 7),
         group: 1 + usize::from(b1 >> 6),
     };
-    let source = MinibatchSource::new(reader.clone(), config(seed, 2)).expect("the same configuration");
-    let mut feed = Feed::start(source, how).expect("a feed starts");
+    let mut feed = Feed::start(source(seed, 2).expect("the same configuration"), how).expect("a feed starts");
     let mut next = 0;
     let fed_error = loop {
         match feed.next_batch() {
@@ -738,7 +738,7 @@ fn check_feed(reader: &Arc<dyn Deserializer>, [b0, b1, b2]: [u8; 3]) {
     });
     if consistent && !want.is_empty() {
         let m = (usize::from(b1) * 31 + usize::from(b2)) % want.len();
-        let mut resumed = MinibatchSource::new(reader.clone(), config(seed, 2)).expect("the same configuration");
+        let mut resumed = source(seed, 2).expect("the same configuration");
         resumed.restore(&want[m].1).expect("a source restores its own checkpoint");
         let rest = outline(minibatches(&mut resumed, size));
         assert!(rest == outline((want[m + 1..].to_vec(), error.clone())), "resumed after minibatch {m}");
@@ -747,9 +747,9 @@ fn check_feed(reader: &Arc<dyn Deserializer>, [b0, b1, b2]: [u8; 3]) {
     // Epochs of a loader: one sweep each, the chunks kept from one to the next.
     let keep = ChunkKeep::new();
     for epoch in 0..2 {
-        let Ok(mut plain) = MinibatchSource::new(reader.clone(), config(seed + epoch, 1)) else { return };
+        let Ok(mut plain) = source(seed + epoch, 1) else { return };
         let want = outline(minibatches(&mut plain, size));
-        let mut kept = MinibatchSource::new(reader.clone(), config(seed + epoch, 1)).expect("the same configuration");
+        let mut kept = source(seed + epoch, 1).expect("the same configuration");
         kept.keep_chunks(keep.clone());
         let got = outline(minibatches(&mut kept, size));
         assert!(got == want, "epoch {epoch} over kept chunks differs");
