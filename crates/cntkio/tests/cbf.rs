@@ -338,6 +338,62 @@ fn two_stream_schema() -> Schema {
     .unwrap()
 }
 
+/// A dense stream of dim 0 takes no bytes a sample: the writer writes such samples up to one a byte of the
+/// chunk and refuses a chunk with more (which the readers, mapped or not, refuse as the decoder does).
+#[test]
+fn dense_dim_0_samples_are_bounded_by_their_chunks_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::new(vec![
+        spec("x", "x", StorageFormat::Dense, 0, ElementType::F32),
+        spec("y", "y", StorageFormat::Dense, 1, ElementType::F32),
+    ])
+    .unwrap();
+    let write = |name: &str, text: &str| {
+        let data = parse_bytes(text.as_bytes(), &schema, false, &mut FailFast).unwrap();
+        let out = dir.path().join(name);
+        let mut w = CbfWriter::create(&out, &schema, 1 << 20).unwrap();
+        w.write(&data).and_then(|()| w.finish()).map(|_| out)
+    };
+    let read_all = |path: &Path, mmap: bool| -> Result<Vec<Vec<u64>>, cntkio_core::Error> {
+        let f = CbfFile::open_with(path, &CbfOptions::default().mmap(mmap))?;
+        (0..f.chunks().len()).map(|k| f.read_chunk(k).map(|c| c.streams[0].sequence_offsets.clone())).collect()
+    };
+    let source_keys = |path: &Path, mmap: bool| -> Result<usize, cntkio_core::Error> {
+        use cntkio::source::{CbfSource, Deserializer, MinibatchConfig, MinibatchSource, RunLength};
+        let d: std::sync::Arc<dyn Deserializer> =
+            std::sync::Arc::new(CbfSource::open_with(path, &CbfOptions::default().mmap(mmap))?);
+        let config = MinibatchConfig { run_length: RunLength::Sweeps(1), ..MinibatchConfig::default() };
+        let mut s = MinibatchSource::new(d, config)?;
+        let mut n = 0;
+        while let Some(b) = s.next_minibatch(100)? {
+            n += b.data.keys.len();
+        }
+        Ok(n)
+    };
+    // Two sequences of one sample each: 24 bytes of chunk.
+    let ok = write("ok.cbf", "0 |x |y 1\n1 |x |y 2\n").unwrap();
+    for mmap in [false, true] {
+        assert_eq!(read_all(&ok, mmap).unwrap(), vec![vec![0, 1, 2]]);
+        assert_eq!(source_keys(&ok, mmap).unwrap(), 2);
+    }
+    // One sequence of 41 samples of x and one of y: 16 bytes of chunk.
+    let text = format!("0 |x |y 1\n{}", "0 |x\n".repeat(40));
+    let err = write("refused.cbf", &text).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidStream { stream, .. } if stream == "x"), "{err:?}");
+    assert!(err.to_string().contains("41 of its samples in 16 bytes"), "{err}");
+    assert!(!dir.path().join("refused.cbf").exists());
+    // The same chunk written by the format's encoder (which writes what it is given) is refused when read.
+    let data = parse_bytes(text.as_bytes(), &schema, false, &mut FailFast).unwrap();
+    let bad = dir.path().join("bad.cbf");
+    std::fs::write(&bad, cbf::encode_file(&cbf::StreamHeader::from_schema(&schema), &[data]).unwrap()).unwrap();
+    for mmap in [false, true] {
+        let e = read_all(&bad, mmap).unwrap_err();
+        assert!(e.to_string().contains("a dense stream of dim 0"), "{e}");
+        let e = source_keys(&bad, mmap).unwrap_err();
+        assert!(e.to_string().contains("a dense stream of dim 0"), "{e}");
+    }
+}
+
 #[test]
 fn empty_streams_are_refused_or_dropped() {
     let schema = two_stream_schema();

@@ -64,8 +64,9 @@ impl<'h> ChunkDecoder<'h> {
     ///
     /// Every record is validated: dense `N·dim` values and sparse `NNZ·(size+4) + 4·N` bytes must fit
     /// in what is left of the chunk (checked before anything is allocated); `NNZ < 2^31`; every sparse
-    /// index lies in `[0, dim)`; per-sample counts are non-negative and sum to `NNZ`. Records with
-    /// `N = 0` are accepted (CNTK reads them; its packer then refuses the sequence).
+    /// index lies in `[0, dim)`; per-sample counts are non-negative and sum to `NNZ`; a dense stream of
+    /// dim 0 (whose samples take no bytes) has at most as many samples in the chunk as the chunk has bytes,
+    /// so that no count in a file asks for more samples than it has bytes. Records with `N = 0` are accepted (CNTK reads them; its packer then refuses the sequence).
     pub fn decode_into(&self, bytes: &[u8], out: &mut ChunkData) -> Result<DecodeSummary, Error> {
         let len = self.range.end - self.range.start;
         if bytes.len() as u64 != len {
@@ -193,9 +194,26 @@ impl<'a> Dec<'a> {
                 .with_sequence(key))
             }
         };
+        let last = *data.sequence_offsets.last().unwrap_or(&0);
+        if sh.dim == 0 && last + u64::from(n) > self.bytes.len() as u64 {
+            let room = (self.bytes.len() as u64).saturating_sub(last);
+            return Err(Error::cbf_value(
+                field(),
+                at,
+                Some(n.into()),
+                0..=room,
+                format!(
+                    "a dense stream of dim 0 takes no bytes a sample, so cntkio allows it at most one sample a byte \
+                     of its chunk: {n} more samples would make {} in chunk {} of {} bytes",
+                    last + u64::from(n),
+                    self.chunk,
+                    self.bytes.len()
+                ),
+            )
+            .with_sequence(key));
+        }
         let raw = self.take(nbytes).ok_or_else(|| self.past_end(&field(), nbytes as u64, Some(key)))?;
         extend_values(&mut data.values, raw);
-        let last = *data.sequence_offsets.last().unwrap_or(&0);
         data.sequence_offsets.push(last + u64::from(n));
         Ok(())
     }

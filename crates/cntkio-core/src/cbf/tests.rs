@@ -164,3 +164,35 @@ fn check_chunk_fast_agrees_with_check_sequence_on_sparse_indices() {
         assert_eq!(fast, each, "case {case}, dim {dim}");
     }
 }
+
+/// A dense stream of dim 0 takes no bytes a sample, so its records could claim any number of samples in
+/// four bytes; the decoder allows at most one sample a byte of the chunk.
+#[test]
+fn dense_dim_0_records_count_at_most_a_sample_a_byte_of_their_chunk() {
+    let y = Schema::new(vec![StreamSpec::new("y", 1, StorageFormat::Dense)]).unwrap();
+    let file = |n: u64| {
+        let mut data = parse_bytes(b"0 |y 1\n", &y, false, &mut FailFast).unwrap();
+        let mut empty = StreamData::new(StorageFormat::Dense, 0, ElementType::F32);
+        empty.sequence_offsets.push(n);
+        data.streams.insert(0, empty);
+        let mut headers = StreamHeader::from_schema(&y);
+        headers.insert(
+            0,
+            StreamHeader { name: "x".into(), format: StorageFormat::Dense, element_type: ElementType::F32, dim: 0 },
+        );
+        encode_file(&headers, &[data]).unwrap()
+    };
+    // The chunk: a meta count, the dim-0 record (4 bytes) and y's (8 bytes), then the header (read with it).
+    let (h, _) = decode_file(&file(3), &Limits::default()).unwrap();
+    let chunk_len = {
+        let r = h.chunk_range(0).unwrap();
+        r.end - r.start
+    };
+    let (_, chunks) = decode_file(&file(chunk_len), &Limits::default()).unwrap();
+    assert_eq!(chunks[0].streams[0].sequence_offsets, vec![0, chunk_len]);
+    let err = decode_file(&file(chunk_len + 1), &Limits::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("dense stream of dim 0") && msg.contains(&format!("{} more samples", chunk_len + 1)), "{msg}");
+    let err = decode_file(&file(u32::MAX.into()), &Limits::default()).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::CbfFormat { .. }), "{err:?}");
+}

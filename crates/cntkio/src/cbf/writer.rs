@@ -8,7 +8,7 @@ use cntkio_core::cbf::{encode_trailer, ChunkEntry, StreamHeader};
 use cntkio_core::internal::{
     check_chunk_fast, check_parsed_chunk_fast, encode_checked_record_to, encode_checked_records_to,
 };
-use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StreamData};
+use cntkio_core::{ChunkData, Error, ErrorKind, Layout, Schema, StorageFormat, StreamData};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -177,6 +177,9 @@ pub struct CbfWriter {
     sizes: Vec<u64>,
     pending_bytes: u64,
     pending_samples: u64,
+    /// The current chunk's samples of each stream that is dense of dim 0 (0 for the others): such samples
+    /// take no bytes, and readers allow at most one a byte of the chunk.
+    pending_empty_samples: Vec<u64>,
     /// ctf2bin's never-reset estimate.
     estimate: u64,
     summary: CbfSummary,
@@ -246,6 +249,7 @@ impl CbfWriter {
             sizes: Vec::new(),
             pending_bytes: 0,
             pending_samples: 0,
+            pending_empty_samples: Vec::new(),
             estimate: 0,
             summary: CbfSummary::default(),
             broken: false,
@@ -552,6 +556,12 @@ impl CbfWriter {
         run: Range<usize>,
         deferred: Option<(&Arc<Shared>, usize)>,
     ) -> Result<(), Error> {
+        for (i, (d, h)) in data.streams.iter().zip(&self.streams).enumerate() {
+            if h.dim == 0 && h.format == StorageFormat::Dense {
+                self.pending_empty_samples.resize(self.streams.len(), 0);
+                self.pending_empty_samples[i] += d.sequence_offsets[run.end] - d.sequence_offsets[run.start];
+            }
+        }
         let r = self.encode_run_inner(data, run, deferred);
         self.break_on_error(r)
     }
@@ -617,7 +627,7 @@ impl CbfWriter {
 
     /// Writes the current chunk: its meta counts, then stream after stream its records.
     fn flush_chunk(&mut self) -> Result<(), Error> {
-        let r = self.send_chunk();
+        let r = self.check_empty_samples().and_then(|()| self.send_chunk());
         self.break_on_error(r)?;
         self.table.push(ChunkEntry {
             offset: self.pos,
@@ -632,6 +642,27 @@ impl CbfWriter {
         self.pending_bytes = 0;
         self.pending_samples = 0;
         Ok(())
+    }
+
+    /// Refuses a chunk whose samples of a dense stream of dim 0 outnumber its bytes: a reader could not tell
+    /// it from a file whose counts ask for more samples than it holds (what cntkio's reader refuses).
+    fn check_empty_samples(&mut self) -> Result<(), Error> {
+        let bytes = self.pending_bytes;
+        let over = self.pending_empty_samples.iter().position(|&n| n > bytes);
+        let r = match over {
+            None => Ok(()),
+            Some(i) => Err(Error::new(ErrorKind::InvalidStream {
+                stream: self.streams[i].name.clone(),
+                reason: format!(
+                    "a dense stream of dim 0 takes no bytes a sample, and CBF readers (cntkio's) allow at most one \
+                     sample a byte of a chunk: chunk {} would hold {} of its samples in {bytes} bytes",
+                    self.table.len(),
+                    self.pending_empty_samples[i]
+                ),
+            })),
+        };
+        self.pending_empty_samples.iter_mut().for_each(|n| *n = 0);
+        r
     }
 
     fn send_chunk(&mut self) -> Result<(), Error> {
