@@ -5,9 +5,11 @@ batch, and the main process maps every one of them: for batches of a few MB that
 A worker of ``cntkio.torch.IterableDataset`` instead copies each batch into a slot of its ring of segments
 (files under ``/dev/shm``, made once and reused) and yields a :class:`Ticket`: in the worker, the batch's dict
 of tensors (views of the slot), which a ``collate_fn`` or a wrapping dataset may read or change like any
-batch; pickled unchanged (as DataLoader sends it), only a reference to the slot, which the main process turns
-back into the batch's dict of tensors viewing the slot (its segment mapped once per process). A ticket
-changed (an entry added, removed or replaced) is sent as a plain dict.
+batch; sent unchanged through a multiprocessing queue (DataLoader's, whose pickler is ``ForkingPickler``),
+only a reference to the slot, which the main process turns back into the batch's dict of tensors viewing the
+slot (its segment mapped once per process). A ticket changed (an entry added, removed or replaced) is sent
+as a plain dict, and any other pickle of a ticket (``pickle.dumps`` in user code) is a plain dict of its
+tensors: only a queue's receiver gives the slot back.
 
 A slot is reused only once neither process holds anything of the batch in it. The flags segment has two
 bytes per slot, each written by one process only: the worker's, cleared when the last of the worker's
@@ -26,6 +28,7 @@ from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+from multiprocessing.reduction import ForkingPickler
 
 SHM_DIR = "/dev/shm"
 MAX_SLOTS = 1024
@@ -188,6 +191,11 @@ class Ticket(dict):  # type: ignore[type-arg]
         return copy.deepcopy(dict(self), memo)
 
     def __reduce__(self) -> Any:
+        # Pickled other than by a multiprocessing queue: nothing would give the slot back.
+        return (dict, (dict(self),))
+
+    def _reduce_for_queue(self) -> Any:
+        """The reduction of a ticket sent through a multiprocessing queue (``ForkingPickler``'s)."""
         r = self._slot
         if r.sent or not self._unchanged():
             return (dict, (dict(self),))  # changed by the worker, or sent already: its tensors go the ordinary way
@@ -195,6 +203,9 @@ class Ticket(dict):  # type: ignore[type-arg]
         r.sent = True
         r.flags[_MAIN + 2 * r.slot] = 1
         return (_open_batch, (r.flags_path, r.slot, r.path, r.layout))
+
+
+ForkingPickler.register(Ticket, Ticket._reduce_for_queue)
 
 
 class _SlotRef:

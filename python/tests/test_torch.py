@@ -516,10 +516,15 @@ def test_worker_batches_are_dicts_to_collate_fn_and_wrappers(torch, tmp_path):
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no POSIX shared memory files on this system")
 def test_ticket_slot_held_by_either_process(torch, tmp_path):
     """A ticket's slot is reused only once the worker and the receiving process both hold nothing of it; a
-    ticket changed, or one whose copy was sent already, is sent as a plain dict of its tensors."""
+    ticket changed, or one whose copy was sent already, is sent as a plain dict of its tensors, and so is a
+    ticket pickled other than through a multiprocessing queue (nothing would give its slot back)."""
     import copy
+    from multiprocessing.reduction import ForkingPickler
 
     from cntkio import _shared
+
+    def sent(t):  # as a DataLoader worker's queue sends it
+        return pickle.loads(ForkingPickler.dumps(t))
 
     ring = _shared.Ring()
     try:
@@ -527,10 +532,10 @@ def test_ticket_slot_held_by_either_process(torch, tmp_path):
         t = ring.put(batch)
         assert isinstance(t, dict) and torch.equal(t["x"], batch["x"]) and torch.equal(t["n"], batch["n"])
         kept = t["x"]  # the worker keeps a view of its batch
-        got = pickle.loads(pickle.dumps(t))  # sent: the receiver maps the slot
+        got = sent(t)  # the receiver maps the slot
         assert type(got) is dict and torch.equal(got["x"], batch["x"])
         del t
-        again = pickle.loads(pickle.dumps(got))  # a plain dict of tensors now
+        again = sent(got)  # a plain dict of tensors now
         assert torch.equal(again["x"], batch["x"])
         del got, again
         # The receiver let go, the worker still holds a view: the slot is not reused.
@@ -542,13 +547,23 @@ def test_ticket_slot_held_by_either_process(torch, tmp_path):
         # A copy (DataLoader's default_convert makes one) sends the slot once; the other sends its tensors.
         c = copy.copy(t3)
         assert isinstance(c, _shared.Ticket)
-        assert c.__reduce__()[0] is _shared._open_batch
-        assert t3.__reduce__()[0] is dict
+        assert c._reduce_for_queue()[0] is _shared._open_batch
+        assert t3._reduce_for_queue()[0] is dict
         # A changed ticket is sent as the dict it became.
         t2["extra"] = torch.tensor(7)
-        r = pickle.loads(pickle.dumps(t2))
+        r = sent(t2)
         assert type(r) is dict and set(r) == {"x", "n", "extra"} and int(r["extra"]) == 7
         assert type(copy.deepcopy(t2)) is dict
+        # Pickled by user code in the worker (not through a queue): its tensors, and the slot stays the
+        # worker's, free again once the ticket is gone.
+        del c, t3, r, t2
+        t4 = ring.put({"x": torch.full((3, 4), 2.0), "n": torch.tensor([7, 8, 9])})
+        mine = pickle.loads(pickle.dumps(t4))
+        assert type(mine) is dict and torch.equal(mine["x"], torch.full((3, 4), 2.0))
+        slot = t4._slot.slot
+        del t4
+        assert ring.put({"x": torch.zeros(3, 4), "n": torch.tensor([0, 0, 0])})._slot.slot == slot
+        assert sent(ring.put({"x": torch.ones(3, 4), "n": torch.tensor([1, 1, 1])}))["x"].sum() == 12
     finally:
         ring.close()
 

@@ -379,8 +379,8 @@ fn dense_dim_0_samples_are_bounded_by_their_chunks_bytes() {
     // One sequence of 41 samples of x and one of y: 16 bytes of chunk.
     let text = format!("0 |x |y 1\n{}", "0 |x\n".repeat(40));
     let err = write("refused.cbf", &text).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::InvalidStream { stream, .. } if stream == "x"), "{err:?}");
-    assert!(err.to_string().contains("41 of its samples in 16 bytes"), "{err}");
+    assert!(matches!(err.kind(), ErrorKind::Limit { value: 41, limit: 16, .. }), "{err:?}");
+    assert!(err.to_string().contains("dense stream \"x\" of dim 0"), "{err}");
     assert!(!dir.path().join("refused.cbf").exists());
     // The same chunk written by the format's encoder (which writes what it is given) is refused when read.
     let data = parse_bytes(text.as_bytes(), &schema, false, &mut FailFast).unwrap();

@@ -651,15 +651,16 @@ impl CbfWriter {
         let over = self.pending_empty_samples.iter().position(|&n| n > bytes);
         let r = match over {
             None => Ok(()),
-            Some(i) => Err(Error::new(ErrorKind::InvalidStream {
-                stream: self.streams[i].name.clone(),
-                reason: format!(
-                    "a dense stream of dim 0 takes no bytes a sample, and CBF readers (cntkio's) allow at most one \
-                     sample a byte of a chunk: chunk {} would hold {} of its samples in {bytes} bytes",
-                    self.table.len(),
-                    self.pending_empty_samples[i]
+            Some(i) => Err(Error::limit(
+                format!(
+                    "samples of the dense stream \"{}\" of dim 0 (which take no bytes; CBF readers allow one a \
+                     byte) in chunk {} of {bytes} bytes",
+                    self.streams[i].name,
+                    self.table.len()
                 ),
-            })),
+                self.pending_empty_samples[i],
+                bytes,
+            )),
         };
         self.pending_empty_samples.iter_mut().for_each(|n| *n = 0);
         r
