@@ -736,6 +736,8 @@ def convert(
     config: Optional[Dict[str, Any]] = None
     aliases: Optional[List[Tuple[str, str]]] = None
     if fmt == "ctf":
+        if config_from is None:
+            raise _streams_wanted(src, "converting it")
         config = _ctf_config(src, config_from, options)
     elif isinstance(config_from, CBFDeserializer):
         config = config_from._config()
@@ -783,6 +785,27 @@ def _pyarrow(user: str = "cntkio.read_arrow returns a pyarrow.Table") -> Any:
     return pyarrow
 
 
+def _streams_wanted(path: str, what: str) -> UsageError:
+    """The error of the CTF file ``path`` given without streams: ``what`` needs them, and the ``StreamDefs`` the
+    file's first rows suggest (ready to paste)."""
+    message = f"{path} is CTF: {what} needs its streams (a StreamDefs)"
+    try:
+        found = _native.suggest_streams(path)
+    except Exception:  # the suggestion is a courtesy: the error stands without it
+        found = None
+    if found:
+        defs = [(n, f"StreamDef(field={n!r}, shape={d}{', is_sparse=True' if sparse else ''})") for n, d, sparse in found]
+        if all(n.isidentifier() for n, _ in defs):
+            args = ", ".join(f"{n}={d}" for n, d in defs)
+        else:
+            args = "**{" + ", ".join(f"{n!r}: {d}" for n, d in defs) + "}"
+        message += (
+            f"; its first rows suggest streams=StreamDefs({args}) (each shape the largest seen there: use your "
+            "model's)"
+        )
+    return UsageError(message)
+
+
 def _open_any(source: Union[PathLike, _Deserializer], streams: Any, options: Dict[str, Any]) -> _Deserializer:
     if isinstance(source, _Deserializer):
         if streams is not None or options:
@@ -791,7 +814,7 @@ def _open_any(source: Union[PathLike, _Deserializer], streams: Any, options: Dic
     path = _os.fspath(source)
     if detect_format(path) == "ctf":
         if streams is None:
-            raise UsageError(f"{path} is CTF: reading it needs its streams (a StreamDefs)")
+            raise _streams_wanted(path, "reading it")
         return CTFDeserializer(path, streams, **options)
     return CBFDeserializer(path, streams, **options)
 

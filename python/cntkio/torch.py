@@ -71,7 +71,17 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cntkio import CBFDeserializer, CTFDeserializer, UsageError, _Deserializer, _feed, _native, _shared, detect_format
+from cntkio import (
+    CBFDeserializer,
+    CTFDeserializer,
+    UsageError,
+    _Deserializer,
+    _feed,
+    _native,
+    _shared,
+    _streams_wanted,
+    detect_format,
+)
 from cntkio._source import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, Minibatch, MinibatchSource
 
 __all__ = ["IterableDataset", "Loader", "MinibatchIterable", "gather_states"]
@@ -154,7 +164,7 @@ def _open_paths(paths: Union[PathLike, Sequence[PathLike]], streams: Any, option
     for p in paths:
         if detect_format(p) == "ctf":
             if streams is None:
-                raise UsageError(f"{os.fspath(p)} is a CTF file: give its streams (streams=StreamDefs(...))")
+                raise _streams_wanted(os.fspath(p), "reading it")
             out.append(CTFDeserializer(p, streams, **options))
         else:
             cbf_options = {k: v for k, v in options.items() if k in ("precision", "traceLevel", "mmap")}

@@ -51,9 +51,33 @@ def test_convert_with_streams_and_options(tmp_path, examples):
 
 
 def test_convert_ctf_needs_streams(tmp_path, examples):
-    with pytest.raises(cntkio.UsageError, match="needs its streams"):
+    """A CTF file given without streams: the error names the StreamDefs its first rows suggest, which work."""
+    with pytest.raises(cntkio.UsageError, match="needs its streams") as e:
         cntkio.convert(examples / "logreg.ctf", tmp_path / "x.cbf")
     assert not (tmp_path / "x.cbf").exists()
+    suggested = str(e.value).split("its first rows suggest streams=", 1)[1].split(" (each shape", 1)[0]
+    assert suggested == (
+        "StreamDefs(features=StreamDef(field='features', shape=2), labels=StreamDef(field='labels', shape=1))"
+    )
+    streams = eval(suggested, {"StreamDefs": StreamDefs, "StreamDef": StreamDef})
+    assert cntkio.convert(examples / "logreg.ctf", tmp_path / "x.cbf", streams)["sequences"] == 300
+    # Names that are not identifiers, sparse streams, and the other ways in.
+    odd = tmp_path / "odd.ctf"
+    odd.write_text("0 |my-x 1 2 3 |y 4:1\n")
+    with pytest.raises(cntkio.UsageError) as e:
+        cntkio.read_arrow(odd)
+    assert (
+        "suggest streams=StreamDefs(**{'my-x': StreamDef(field='my-x', shape=3), "
+        "'y': StreamDef(field='y', shape=5, is_sparse=True)})" in str(e.value)
+    )
+    with pytest.raises(cntkio.UsageError, match="suggest streams=StreamDefs"):
+        cntkio.Loader(paths=[examples / "logreg.ctf"], batch_size=10)
+    # A file whose first rows name no input: the request alone.
+    bare = tmp_path / "bare.ctf"
+    bare.write_text("0 |# nothing\n")
+    with pytest.raises(cntkio.UsageError, match="needs its streams") as e:
+        cntkio.convert(bare, tmp_path / "y.cbf")
+    assert "suggest" not in str(e.value)
 
 
 def test_convert_real_cbf_ctf2bin_compatible(tmp_path, real):

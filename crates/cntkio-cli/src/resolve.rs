@@ -101,7 +101,7 @@ impl ReadArgs {
     pub fn ctf_input(&self, path: &Path) -> Result<CtfInput, Error> {
         let (schema, options) = match self.config()? {
             Some(c) => self.config_schema(&c)?,
-            None => self.schema_and_options()?,
+            None => self.schema_and_options().map_err(|e| cntkio::inputs::explain_missing_schema(path, e))?,
         };
         Ok(CtfInput { path: path.to_path_buf(), schema, options })
     }
@@ -198,7 +198,7 @@ impl ReadArgs {
             Some(p) => precision(p)?,
         };
         if self.streams.is_empty() {
-            return Err(Error::new(cntkio::ErrorKind::NoStreams));
+            return Err(Error::new(cntkio::ErrorKind::NoStreams { suggestion: None }));
         }
         let mut streams = Vec::new();
         for s in &self.streams {

@@ -17,7 +17,7 @@ use std::path::Path;
 pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
     // Without a schema, a CTF file is checked with the one its rows suggest.
     let (jobs, inferred) = match a.read.jobs(&a.files) {
-        Err(e) if matches!(e.kind(), cntkio::ErrorKind::NoStreams) => (a.read.inferred_jobs(&a.files)?, true),
+        Err(e) if matches!(e.kind(), cntkio::ErrorKind::NoStreams { .. }) => (a.read.inferred_jobs(&a.files)?, true),
         r => (r?, false),
     };
     let mut reports: Vec<Summary> = Vec::new();

@@ -2266,12 +2266,19 @@ fn a_file_neither_cbf_nor_ctf_without_a_schema_is_invalid_input() {
     // schema (exit 2), which a CTF file without one still gets.
     let d = tmp();
     let junk = write(d.path(), "junk.bin", b"\x00\x01\x02garbage\xff\xfe");
-    for cmd in ["validate", "dump"] {
-        let o = run(args![cmd, &junk]);
+    let out = d.path().join("out.cbf");
+    for cmd in [args!["validate", &junk], args!["dump", &junk], args!["convert", &junk, &out]] {
+        let o = run(cmd);
         o.code(1).err_has("junk.bin:1:1: error[E0003]").err_has("found byte 0x00").err_has("a CBF file starts with");
     }
-    let ctf = write(d.path(), "ok.ctf", "|a 1 2\n");
-    run(args!["dump", &ctf]).code(2).err_has("error[E1001]");
+    // A CTF file without a schema: the request names the schema its first rows suggest, ready to paste.
+    let ctf = write(d.path(), "ok.ctf", "|a 1 2 |b 3:1\n|a 3 |b 7:1\n");
+    let suggestion = "the file's first rows suggest --stream a:2:dense --stream b:8:sparse (each dim the largest seen";
+    for cmd in [args!["dump", &ctf], args!["batches", &ctf, "--mb-size", "2"], args!["convert", &ctf, &out]] {
+        run(cmd).code(2).err_has("error[E1001]").err_has(suggestion);
+    }
+    assert!(!out.exists());
+    run(args!["convert", &ctf, &out, "--stream", "a:2:dense", "--stream", "b:8:sparse"]).code(0);
 }
 
 #[test]

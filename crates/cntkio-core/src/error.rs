@@ -409,8 +409,12 @@ pub enum ErrorKind {
 
     // ---- Usage ----------------------------------------------------------------------------
     /// No streams configured.
-    #[error("no streams configured; give at least one --stream NAME:DIM:dense|sparse or a --config file")]
-    NoStreams,
+    #[error("no streams configured; give at least one --stream NAME:DIM:dense|sparse or a --config file{}", suggested(.suggestion))]
+    NoStreams {
+        /// The flags of the schema the input's first rows suggest (`--stream x:3:dense …`), where one input
+        /// was at hand.
+        suggestion: Option<String>,
+    },
     /// A stream definition is invalid.
     #[error("stream \"{stream}\": {reason}")]
     InvalidStream {
@@ -544,6 +548,16 @@ pub enum ErrorKind {
     },
 }
 
+/// The end of [`ErrorKind::NoStreams`]'s message: the schema suggested, if any.
+fn suggested(suggestion: &Option<String>) -> String {
+    match suggestion {
+        Some(flags) => {
+            format!("; the file's first rows suggest {flags} (each dim the largest seen there: use your model's)")
+        }
+        None => String::new(),
+    }
+}
+
 impl ErrorKind {
     /// The stable short code and the variant's name (`("E0015", "SparseIndexOutOfRange")`). The code's
     /// first digit is its category: 0 format, 1 usage, 2 I/O, 3 limit, 9 internal.
@@ -586,7 +600,7 @@ impl ErrorKind {
             CompressedData { .. } => ("E0101", "CompressedData"),
             ArrowFormat { .. } => ("E0102", "ArrowFormat"),
             ArrowColumn { .. } => ("E0103", "ArrowColumn"),
-            NoStreams => ("E1001", "NoStreams"),
+            NoStreams { .. } => ("E1001", "NoStreams"),
             InvalidStream { .. } => ("E1002", "InvalidStream"),
             DuplicateAlias { .. } => ("E1003", "DuplicateAlias"),
             SeveralMainStreams { .. } => ("E1004", "SeveralMainStreams"),

@@ -118,7 +118,7 @@ impl Schema {
     /// `definesMBSize`, sparse dims that fit an `i32`.
     pub fn new(streams: Vec<StreamSpec>) -> Result<Schema, Error> {
         if streams.is_empty() {
-            return Err(Error::new(ErrorKind::NoStreams));
+            return Err(Error::new(ErrorKind::NoStreams { suggestion: None }));
         }
         let mut main = None;
         let mut mains = Vec::new();

@@ -20,6 +20,14 @@ pub fn detect(py: Python<'_>, path: PathBuf) -> PyResult<&'static str> {
     Ok(py.detach(|| detect_format(&path)).map_err(|e| py_err(at_path(e, &path)))?.name())
 }
 
+/// The streams the rows in the first 4 MiB of the CTF file `path` suggest, `(name, dim, is_sparse)` each
+/// (see `cntkio::ctf::suggest_schema`); None if it cannot be read or those rows name no input.
+#[pyfunction]
+pub fn suggest_streams(py: Python<'_>, path: PathBuf) -> Option<Vec<(String, usize, bool)>> {
+    let schema = py.detach(|| cntkio::ctf::suggest_schema(&path))?;
+    Some(schema.streams().iter().map(|s| (s.name.clone(), s.dim, s.format == cntkio::StorageFormat::Sparse)).collect())
+}
+
 /// The `inspect --json` report as JSON text.
 #[pyfunction]
 #[pyo3(signature = (path, skip_sequence_ids = false))]

@@ -67,6 +67,29 @@ pub enum InputSpec {
     Arrow(StoredInput),
 }
 
+/// `e` as it concerns the CTF input `path` (by its first bytes): where `e` asks for a schema, the error of a
+/// file that is not CTF text either (the input's fault), else the same request with the schema the file's
+/// first rows suggest ([`suggest_schema`](crate::ctf::suggest_schema)); any other error as it is.
+pub fn explain_missing_schema(path: &Path, e: Error) -> Error {
+    if !matches!(e.kind(), ErrorKind::NoStreams { suggestion: None }) {
+        return e;
+    }
+    match crate::ctf::check_start(path) {
+        Err(not_ctf) => not_ctf,
+        Ok(()) => match crate::ctf::suggest_schema(path) {
+            Some(s) => Error::new(ErrorKind::NoStreams { suggestion: Some(stream_flags(&s)) }),
+            None => e,
+        },
+    }
+}
+
+/// `schema` as the command line's flags: `--stream NAME:DIM:dense|sparse` for each stream (its alias its name).
+fn stream_flags(schema: &Schema) -> String {
+    let flags: Vec<String> =
+        schema.streams().iter().map(|s| format!("--stream {}:{}:{}", s.name, s.dim, s.format.name())).collect();
+    flags.join(" ")
+}
+
 impl InputSpec {
     /// `path` by its first bytes: a CTF file gets the schema and options `ctf` gives (asked only for CTF
     /// files). Where `ctf` fails for want of streams and the file is not CTF text either, the error says
@@ -79,10 +102,7 @@ impl InputSpec {
             Format::Cbf => InputSpec::Cbf(StoredInput::new(path)),
             Format::Parquet | Format::ArrowIpc => InputSpec::Arrow(StoredInput::new(path)),
             Format::Ctf => {
-                let (schema, options) = ctf().map_err(|e| match e.kind() {
-                    ErrorKind::NoStreams => crate::ctf::check_start(path).err().unwrap_or(e),
-                    _ => e,
-                })?;
+                let (schema, options) = ctf().map_err(|e| explain_missing_schema(path, e))?;
                 InputSpec::Ctf(CtfInput { path: path.to_path_buf(), schema, options })
             }
         })
@@ -222,12 +242,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x");
         std::fs::write(&path, b"\xff\xfe0\x00 \x00|\x00").unwrap();
-        let mut none = || Err(Error::new(ErrorKind::NoStreams));
+        let mut none = || Err(Error::new(ErrorKind::NoStreams { suggestion: None }));
         let e = InputSpec::detect(&path, &mut none).unwrap_err();
         assert_ne!(e.code(), "E1001", "{e}");
         let text = dir.path().join("t");
         std::fs::write(&text, "0 |a 1\n").unwrap();
-        assert_eq!(InputSpec::detect(&text, &mut none).unwrap_err().code(), "E1001");
+        let e = InputSpec::detect(&text, &mut none).unwrap_err();
+        assert_eq!(e.code(), "E1001");
+        assert!(
+            e.to_string().ends_with(
+                "the file's first rows suggest --stream a:1:dense (each dim the largest seen there: use your model's)"
+            ),
+            "{e}"
+        );
         let inferred = InputSpec::inferred(&text, &CtfOptions::default()).unwrap();
         assert!(matches!(inferred, InputSpec::Ctf(i) if i.schema.streams()[0].name == "a"));
     }

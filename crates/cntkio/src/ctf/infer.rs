@@ -2,8 +2,9 @@
 
 use crate::ctf::{index_streaming, locate_index_error, IndexConfig, IndexMode, SequenceDesc};
 use crate::input::InputFile;
-use crate::{Error, Schema, StorageFormat, StreamSpec};
+use crate::{Access, Error, Schema, StorageFormat, StreamSpec};
 use cntkio_core::ctf::infer::Inferrer;
+use std::path::Path;
 
 /// The schema a CTF file's rows suggest: every input name it has, in order of first appearance, sparse if
 /// any of its samples has an `index:value` entry (dim: the largest index + 1), else dense (dim: the most
@@ -12,6 +13,35 @@ use cntkio_core::ctf::infer::Inferrer;
 /// [`ErrorKind::NoStreams`](crate::ErrorKind::NoStreams).
 pub fn infer_schema(file: &InputFile, skip_sequence_ids: bool) -> Result<(Schema, Inferrer), Error> {
     let inf = survey(file, skip_sequence_ids, &mut |_| {}, &mut |_| {})?.inferrer;
+    Ok((schema_of(&inf)?, inf))
+}
+
+/// Bytes of a file's start that [`suggest_schema`] reads.
+const SUGGEST_BYTES: usize = 4 << 20;
+
+/// The schema the rows in the first 4 MiB of a CTF file suggest (made as [`infer_schema`] makes it from the
+/// whole file), for an error that asks for a schema to show one: a quick look, whatever the file's size.
+/// `None` if the file cannot be read or those rows name no input.
+pub fn suggest_schema(path: &Path) -> Option<Schema> {
+    let file = InputFile::open(path, Access::Read).ok()?;
+    let mut buf = vec![0u8; SUGGEST_BYTES];
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_some(n as u64, &mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    // Whole rows only: a row cut at the end of what was read could show a smaller dim or a cut name.
+    let end = if n < buf.len() { n } else { memchr::memrchr(b'\n', &buf[..n])? + 1 };
+    let mut inf = Inferrer::new();
+    inf.add_sequence(&buf[..end]);
+    schema_of(&inf).ok()
+}
+
+/// The schema of the inputs `inf` saw: sparse where a sample had `index:value` entries (dim: the largest
+/// index + 1), else dense (dim: the most values in a sample).
+fn schema_of(inf: &Inferrer) -> Result<Schema, Error> {
     let streams = inf
         .streams
         .iter()
@@ -20,7 +50,7 @@ pub fn infer_schema(file: &InputFile, skip_sequence_ids: bool) -> Result<(Schema
             StreamSpec::new(s.alias.clone(), usize::try_from(s.min_dim().max(1)).unwrap_or(usize::MAX), format)
         })
         .collect();
-    Ok((Schema::new(streams)?, inf))
+    Schema::new(streams)
 }
 
 /// What one pass over a CTF file saw (see [`survey`]).
@@ -96,6 +126,25 @@ mod tests {
             schema.streams().iter().map(|s| (s.name.as_str(), s.dim, s.format)).collect();
         assert_eq!(got, [("x", 3, StorageFormat::Dense), ("y", 8, StorageFormat::Sparse)]);
         assert_eq!(inf.rows, 3);
+    }
+
+    #[test]
+    fn a_suggestion_reads_whole_rows_of_the_first_4_mib_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.ctf");
+        // Rows of 16 bytes, so that the 4 MiB boundary falls inside a row (a cut "|x 1 2" would be `x` of dim
+        // 1, or a cut name); rows past the boundary have a wider `x` and an input of their own.
+        let mut text = "0 |x 1 2 |yy 3:1\n".repeat((4 << 20) / 17 + 1);
+        assert!(text.len() > 4 << 20 && (4 << 20) % 17 != 0);
+        text.push_str("1 |x 1 2 3 4 |z 1\n");
+        std::fs::write(&path, &text).unwrap();
+        let s = super::suggest_schema(&path).unwrap();
+        let got: Vec<(&str, usize, StorageFormat)> =
+            s.streams().iter().map(|s| (s.name.as_str(), s.dim, s.format)).collect();
+        assert_eq!(got, [("x", 2, StorageFormat::Dense), ("yy", 4, StorageFormat::Sparse)]);
+        std::fs::write(&path, "0 |# only comments\n").unwrap();
+        assert!(super::suggest_schema(&path).is_none());
+        assert!(super::suggest_schema(&dir.path().join("missing.ctf")).is_none());
     }
 
     #[test]
