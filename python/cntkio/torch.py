@@ -72,6 +72,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from cntkio import (
+    _ALIASES,
+    _CTF_OPTIONS,
     CBFDeserializer,
     CTFDeserializer,
     UsageError,
@@ -174,6 +176,30 @@ def _open_paths(paths: Union[PathLike, Sequence[PathLike]], streams: Any, option
     return out
 
 
+def _unknown_arguments(cls: type, names: List[str]) -> str:
+    """The error of keywords ``names`` given to ``cls`` that are neither its arguments nor deserializer options,
+    each with the closest of those (a misspelt ``shufle`` would otherwise be taken for a deserializer
+    option)."""
+    import difflib
+    import inspect
+
+    known = set(_ALIASES)
+    for c in cls.__mro__:
+        init = c.__dict__.get("__init__")
+        if init is not None:
+            params = inspect.signature(init).parameters.values()
+            known.update(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    known.discard("self")
+    said = []
+    for n in names:
+        close = difflib.get_close_matches(n, sorted(known), n=1, cutoff=0.7)
+        said.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"{cls.__name__}: unknown argument{'s' if len(names) > 1 else ''} {', '.join(said)}; the keywords beside "
+        f"its own arguments are the deserializers' options: {', '.join(_CTF_OPTIONS)}"
+    )
+
+
 class MinibatchIterable:
     """One rank's and worker's share of the data, one sweep per iteration, as :class:`cntkio.Minibatch`
     objects (NumPy arrays) — the PyTorch-free core of :class:`IterableDataset` (see the module docs for
@@ -221,6 +247,9 @@ class MinibatchIterable:
         keep_chunks: bool = True,
         **options: Any,
     ) -> None:
+        unknown = sorted(k for k in options if k not in _ALIASES)
+        if unknown:
+            raise UsageError(_unknown_arguments(type(self), unknown))
         if (deserializers is None) == (paths is None):
             raise UsageError("give deserializers or paths (and streams), not both")
         if deserializers is not None:

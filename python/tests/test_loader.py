@@ -356,6 +356,21 @@ def test_loader_errors_and_pickling(tmp_path):
         cntkio.Loader(paths=path, streams=defs(), num_threads=0)
     with pytest.raises(cntkio.UsageError, match="layout"):
         cntkio.Loader(paths=path, streams=defs(), layout="ragged")
+    # A misspelt argument is not taken for a deserializer option: the closest of the loader's own (its
+    # class's and its base's) or of the options is named.
+    for kwargs, said in [
+        ({"shufle": False}, "Loader: unknown argument 'shufle' (did you mean 'shuffle'?)"),
+        ({"prefech": 2}, "unknown argument 'prefech' (did you mean 'prefetch'?)"),
+        ({"chunk_size_in_byte": 1}, "(did you mean 'chunk_size_in_bytes'?)"),
+        ({"zzz": 1, "seeds": 2}, "unknown arguments 'seeds' (did you mean 'seed'?), 'zzz'; the keywords"),
+    ]:
+        with pytest.raises(cntkio.UsageError) as e:
+            cntkio.Loader(paths=path, streams=defs(), **kwargs)
+        assert said in str(e.value), str(e.value)
+        with pytest.raises(cntkio.UsageError) as e:  # the same with deserializers
+            cntkio.Loader(cntkio.CTFDeserializer(path, defs()), **kwargs)
+        assert said in str(e.value), str(e.value)
+    assert cntkio.Loader(paths=path, streams=defs(), chunk_size_in_bytes=1 << 20, maxErrors=1).batch_size == 256
     loader = cntkio.Loader(paths=path, streams=defs(), batch_size=7, seed=3, with_keys=True)
     other = pickle.loads(pickle.dumps(loader))
     assert [d["keys"].tolist() for d in other] == [d["keys"].tolist() for d in loader]
