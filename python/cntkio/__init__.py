@@ -440,6 +440,14 @@ _CBF_OPTIONS = ("precision", "traceLevel", "mmap")
 _STRUCTURE = ("type", "file", "input")
 
 
+def _did_you_mean(name: str, candidates: Any) -> str:
+    """`` (did you mean 'x'?)`` with the candidate closest to the misspelt ``name``, or nothing if none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _precision(value: Any) -> Optional[str]:
     if value is None:
         return None
@@ -485,7 +493,8 @@ class _Deserializer(dict):  # type: ignore[type-arg]
         name = _ALIASES.get(key)
         if name is None or name not in self._OPTIONS:
             known = ", ".join(self._OPTIONS)
-            raise UsageError(f"unknown {type(self).__name__} option {key!r}; known options: {known}")
+            hint = _did_you_mean(key, [a for a, n in _ALIASES.items() if n in self._OPTIONS])
+            raise UsageError(f"unknown {type(self).__name__} option {key!r}{hint}; known options: {known}")
         return name
 
     def __setitem__(self, key: str, value: Any) -> None:

@@ -9,7 +9,16 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as _np
 
 from cntkio import _native
-from cntkio import CTFDeserializer, StreamData, StreamInformation, UsageError, _Deserializer, _infos, _Record
+from cntkio import (
+    CTFDeserializer,
+    StreamData,
+    StreamInformation,
+    UsageError,
+    _Deserializer,
+    _did_you_mean,
+    _infos,
+    _Record,
+)
 
 _log = _logging.getLogger("cntkio")
 
@@ -347,8 +356,11 @@ def _resolve_aliases(args: Dict[str, Any], defaults: Dict[str, Any], config: Dic
     for key, value in config.items():
         name = _CONFIG_NAMES.get(key)
         if name is None:
-            known = ", ".join(sorted(set(_CONFIG_NAMES) | {"sampleBasedRandomizationWindow", "truncated"}))
-            raise UsageError(f"unknown MinibatchSource argument {key!r}; CNTK configuration names accepted: {known}")
+            known = sorted(set(_CONFIG_NAMES) | {"sampleBasedRandomizationWindow", "truncated"})
+            hint = _did_you_mean(key, known + list(defaults))
+            raise UsageError(
+                f"unknown MinibatchSource argument {key!r}{hint}; CNTK configuration names accepted: {', '.join(known)}"
+            )
         if sample_based is not None and key == "randomizationWindow" and _bool(
             "sampleBasedRandomizationWindow", sample_based
         ):

@@ -81,6 +81,7 @@ from cntkio import (
     _feed,
     _native,
     _shared,
+    _did_you_mean,
     _streams_wanted,
     detect_format,
 )
@@ -180,7 +181,6 @@ def _unknown_arguments(cls: type, names: List[str]) -> str:
     """The error of keywords ``names`` given to ``cls`` that are neither its arguments nor deserializer options,
     each with the closest of those (a misspelt ``shufle`` would otherwise be taken for a deserializer
     option)."""
-    import difflib
     import inspect
 
     known = set(_ALIASES)
@@ -190,10 +190,7 @@ def _unknown_arguments(cls: type, names: List[str]) -> str:
             params = inspect.signature(init).parameters.values()
             known.update(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     known.discard("self")
-    said = []
-    for n in names:
-        close = difflib.get_close_matches(n, sorted(known), n=1, cutoff=0.7)
-        said.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    said = [f"{n!r}{_did_you_mean(n, known)}" for n in names]
     return (
         f"{cls.__name__}: unknown argument{'s' if len(names) > 1 else ''} {', '.join(said)}; the keywords beside "
         f"its own arguments are the deserializers' options: {', '.join(_CTF_OPTIONS)}"

@@ -554,8 +554,17 @@ def test_cntk_config_names(tmp_path):
         frame_mode=True, max_sweeps=1)
     with pytest.raises(UsageError, match="requires"):
         MinibatchSource(d, sampleBasedRandomizationWindow=True)
-    with pytest.raises(UsageError, match="unknown"):
+    with pytest.raises(UsageError, match="unknown MinibatchSource argument 'randomisationWindow' \\(did you mean "
+                       "'randomizationWindow'\\?\\)"):
         MinibatchSource(d, randomisationWindow=3)
+    with pytest.raises(UsageError, match="'randomization_sed' \\(did you mean 'randomization_seed'\\?\\)"):
+        MinibatchSource(d, randomization_sed=3)
+    with pytest.raises(UsageError) as e:
+        MinibatchSource(d, colour=3)
+    assert "did you mean" not in str(e.value)
+    # The deserializers' options likewise.
+    with pytest.raises(UsageError, match="option 'chunkSizeInByte' \\(did you mean 'chunkSizeInBytes'\\?\\)"):
+        d["chunkSizeInByte"] = 100
     with pytest.raises(UsageError, match="both given"):
         MinibatchSource(d, randomization_seed=1, randomizationSeed=2)
 

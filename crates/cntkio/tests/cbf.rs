@@ -338,6 +338,29 @@ fn two_stream_schema() -> Schema {
     .unwrap()
 }
 
+/// A CTF file opened as CBF (its length or magic refused) says it is CTF text and what reads it; other files
+/// that are not CBF get the format error alone.
+#[test]
+fn a_ctf_file_opened_as_cbf_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let hint = "it starts as CTF text does: read it as CTF";
+    let long = dir.path().join("long.ctf");
+    std::fs::write(&long, "0 |features 1 2 3 |labels 0:1\n".repeat(10)).unwrap();
+    let short = dir.path().join("short.ctf");
+    std::fs::write(&short, "|a 1\n").unwrap();
+    for (path, field) in [(&long, "magic"), (&short, "file length")] {
+        let e = CbfFile::open(path).unwrap_err();
+        assert_eq!(field_of(e.clone()), field);
+        assert!(e.to_string().contains(hint), "{e}");
+        assert_eq!(e.position().path.as_deref(), Some(path.display().to_string().as_str()));
+    }
+    let junk = dir.path().join("junk.bin");
+    std::fs::write(&junk, [0xffu8; 64]).unwrap();
+    let e = CbfFile::open(&junk).unwrap_err();
+    assert_eq!(field_of(e.clone()), "magic");
+    assert!(!e.to_string().contains(hint), "{e}");
+}
+
 /// A dense stream of dim 0 takes no bytes a sample: the writer writes such samples up to one a byte of the
 /// chunk and refuses a chunk with more (which the readers, mapped or not, refuse as the decoder does).
 #[test]

@@ -33,7 +33,7 @@ pub use writer::{CbfSummary, CbfWriter, CbfWriterOptions, Chunking, EmptyStreams
 
 use crate::input::{Access, InputFile};
 use cntkio_core::cbf::{self as codec, ChunkDecoder};
-use cntkio_core::{ChunkData, ElementType, Error, Schema};
+use cntkio_core::{ChunkData, ElementType, Error, ErrorKind, Schema};
 use std::path::{Path, PathBuf};
 
 /// How a [`CbfFile`] is opened.
@@ -99,6 +99,26 @@ fn outside_map(k: usize, r: &std::ops::Range<u64>) -> Error {
     Error::internal(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
 }
 
+/// `e`, an error opening `path` as CBF: where it is the file's start (its length or magic) and the file starts
+/// as CTF text does, it says so and what reads it (a CTF file read as CBF by mistake).
+fn ctf_read_as_cbf(path: &Path, e: Error) -> Error {
+    let at_start = matches!(e.kind(), ErrorKind::CbfFormat { field, .. } if field == "magic" || field == "file length");
+    if !at_start || crate::ctf::check_start(path).is_err() {
+        return e;
+    }
+    let position = e.position().clone();
+    let mut kind = e.into_kind();
+    if let ErrorKind::CbfFormat { problem, .. } = &mut kind {
+        problem.push_str(
+            "; it starts as CTF text does: read it as CTF (a CTFDeserializer with its streams, or a command \
+             given its --stream schema)",
+        );
+    }
+    let mut out = Error::new(kind);
+    *out.position_mut() = position;
+    out
+}
+
 impl CbfFile {
     /// Opens a file with default options (positional reads, default limits, no renames).
     pub fn open(path: impl AsRef<Path>) -> Result<CbfFile, Error> {
@@ -141,7 +161,7 @@ impl CbfFile {
             }
             Ok(header)
         })()
-        .map_err(with_path)?;
+        .map_err(|e| with_path(ctf_read_as_cbf(path, e)))?;
         Ok(CbfFile { path: path.to_path_buf(), file, header })
     }
 
