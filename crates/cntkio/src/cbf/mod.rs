@@ -99,20 +99,23 @@ fn outside_map(k: usize, r: &std::ops::Range<u64>) -> Error {
     Error::internal(format!("chunk {k}'s bytes {}..{} lie outside the mapped file", r.start, r.end))
 }
 
+/// What an error opening a CTF file as CBF ends with (see [`CbfFile::open_with`]).
+pub const CTF_TEXT_HINT: &str =
+    "; it starts as CTF text does: read it as CTF (a CTFDeserializer with its streams, or a command given its \
+     --stream schema)";
+
 /// `e`, an error opening `path` as CBF: where it is the file's start (its length or magic) and the file starts
-/// as CTF text does, it says so and what reads it (a CTF file read as CBF by mistake).
+/// as CTF text does (an id or `|`, and rows naming inputs), it says so and what reads it
+/// ([`CTF_TEXT_HINT`]): a CTF file read as CBF by mistake.
 fn ctf_read_as_cbf(path: &Path, e: Error) -> Error {
     let at_start = matches!(e.kind(), ErrorKind::CbfFormat { field, .. } if field == "magic" || field == "file length");
-    if !at_start || crate::ctf::check_start(path).is_err() {
+    if !at_start || crate::ctf::check_start(path).is_err() || crate::ctf::suggest_schema(path).is_none() {
         return e;
     }
     let position = e.position().clone();
     let mut kind = e.into_kind();
     if let ErrorKind::CbfFormat { problem, .. } = &mut kind {
-        problem.push_str(
-            "; it starts as CTF text does: read it as CTF (a CTFDeserializer with its streams, or a command \
-             given its --stream schema)",
-        );
+        problem.push_str(CTF_TEXT_HINT);
     }
     let mut out = Error::new(kind);
     *out.position_mut() = position;
