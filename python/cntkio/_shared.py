@@ -25,10 +25,10 @@ import mmap
 import os
 import secrets
 from collections import OrderedDict
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
-from multiprocessing.reduction import ForkingPickler
 
 SHM_DIR = "/dev/shm"
 MAX_SLOTS = 1024

@@ -779,6 +779,10 @@ impl Error {
     pub fn position_mut(&mut self) -> &mut Position {
         &mut self.0.position
     }
+    /// The kind, to add to (a message's detail that only the caller knows).
+    pub fn kind_mut(&mut self) -> &mut ErrorKind {
+        &mut self.0.kind
+    }
     /// Moves an error of a CTF file in line mode `by` lines down: its line, and the keys it names (a
     /// line-mode sequence's key is its line), for an error found by a parser that counted lines from an
     /// earlier start than the text's true one.

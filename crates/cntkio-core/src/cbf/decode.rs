@@ -66,7 +66,8 @@ impl<'h> ChunkDecoder<'h> {
     /// in what is left of the chunk (checked before anything is allocated); `NNZ < 2^31`; every sparse
     /// index lies in `[0, dim)`; per-sample counts are non-negative and sum to `NNZ`; a dense stream of
     /// dim 0 (whose samples take no bytes) has at most as many samples in the chunk as the chunk has bytes,
-    /// so that no count in a file asks for more samples than it has bytes. Records with `N = 0` are accepted (CNTK reads them; its packer then refuses the sequence).
+    /// so that no count in a file asks for more samples than it has bytes. Records with `N = 0` are
+    /// accepted (CNTK reads them; its packer then refuses the sequence).
     pub fn decode_into(&self, bytes: &[u8], out: &mut ChunkData) -> Result<DecodeSummary, Error> {
         let len = self.range.end - self.range.start;
         if bytes.len() as u64 != len {

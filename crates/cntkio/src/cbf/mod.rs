@@ -107,19 +107,14 @@ pub const CTF_TEXT_HINT: &str =
 /// `e`, an error opening `path` as CBF: where it is the file's start (its length or magic) and the file starts
 /// as CTF text does (an id or `|`, and rows naming inputs), it says so and what reads it
 /// ([`CTF_TEXT_HINT`]): a CTF file read as CBF by mistake.
-fn ctf_read_as_cbf(path: &Path, e: Error) -> Error {
+fn ctf_read_as_cbf(path: &Path, mut e: Error) -> Error {
     let at_start = matches!(e.kind(), ErrorKind::CbfFormat { field, .. } if field == "magic" || field == "file length");
-    if !at_start || crate::ctf::check_start(path).is_err() || crate::ctf::suggest_schema(path).is_none() {
-        return e;
+    if at_start && crate::ctf::check_start(path).is_ok() && crate::ctf::suggest_schema(path).is_some() {
+        if let ErrorKind::CbfFormat { problem, .. } = e.kind_mut() {
+            problem.push_str(CTF_TEXT_HINT);
+        }
     }
-    let position = e.position().clone();
-    let mut kind = e.into_kind();
-    if let ErrorKind::CbfFormat { problem, .. } = &mut kind {
-        problem.push_str(CTF_TEXT_HINT);
-    }
-    let mut out = Error::new(kind);
-    *out.position_mut() = position;
-    out
+    e
 }
 
 impl CbfFile {

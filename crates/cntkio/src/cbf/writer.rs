@@ -236,6 +236,7 @@ impl CbfWriter {
             sink: Some(sink),
             options,
             sections: streams.iter().map(|_| Vec::new()).collect(),
+            pending_empty_samples: vec![0; streams.len()],
             streams,
             pos: prefix.len() as u64,
             table: Vec::new(),
@@ -249,7 +250,6 @@ impl CbfWriter {
             sizes: Vec::new(),
             pending_bytes: 0,
             pending_samples: 0,
-            pending_empty_samples: Vec::new(),
             estimate: 0,
             summary: CbfSummary::default(),
             broken: false,
@@ -558,7 +558,6 @@ impl CbfWriter {
     ) -> Result<(), Error> {
         for (i, (d, h)) in data.streams.iter().zip(&self.streams).enumerate() {
             if h.dim == 0 && h.format == StorageFormat::Dense {
-                self.pending_empty_samples.resize(self.streams.len(), 0);
                 self.pending_empty_samples[i] += d.sequence_offsets[run.end] - d.sequence_offsets[run.start];
             }
         }

@@ -284,8 +284,8 @@ fn walk_cbf(file: &CbfFile, k: usize, bytes: &[u8]) -> Option<(Vec<RawStream>, u
         let sparse = sh.format == StorageFormat::Sparse;
         let mut records = Records::Uniform { first: 0, stride: 0, count: 0 };
         let mut same_len = None;
-        // Samples of the stream so far: a dense stream of dim 0 may have at most one a byte (the decoder's rule).
-        let mut samples = 0usize;
+        // Samples of a dense stream of dim 0 so far: at most one a byte (the decoder's rule).
+        let mut empty_samples = 0usize;
         for k in 0..s_count {
             records.push(pos);
             let n = u32_at(bytes, pos)? as usize;
@@ -324,9 +324,11 @@ fn walk_cbf(file: &CbfFile, k: usize, bytes: &[u8]) -> Option<(Vec<RawStream>, u
                 }
                 pos = end;
             } else {
-                samples = samples.checked_add(n)?;
-                if dim == 0 && samples > bytes.len() {
-                    return None;
+                if dim == 0 {
+                    empty_samples += n;
+                    if empty_samples > bytes.len() {
+                        return None;
+                    }
                 }
                 let len = n.checked_mul(dim)?.checked_mul(es)?;
                 let end = (pos + 4).checked_add(len)?;
