@@ -14,6 +14,8 @@ Rows (each the best of ``--repeat`` epochs, the paths taking turns so that the m
 * ``numpy Loader``: :class:`cntkio.Loader`, touching each batch's arrays: a new loader's epoch, and in the
   ``kept across epochs`` row the second epoch of a loader (``set_epoch`` after the first), as a training run
   that keeps its loader sees every epoch after the first: its chunks stay loaded from one epoch to the next;
+* ``jax Loader``: :class:`cntkio.jax.Loader` on JAX's default device (where JAX is installed), each batch's
+  arrays ready (``block_until_ready``);
 * ``MinibatchSource.next_minibatch``: CNTK's API, one call per minibatch;
 * ``torch Loader`` (with ``pin_memory`` where CUDA is present): :class:`cntkio.torch.Loader` (also kept across
   epochs);
@@ -62,6 +64,8 @@ def touch(batch: Dict[str, Any]) -> int:
     for k, v in batch.items():
         if k.endswith("_lengths"):
             n = max(n, int(v.sum()))
+        elif hasattr(v, "block_until_ready"):
+            v.block_until_ready()  # a jax.Array: placed on its device asynchronously
         elif hasattr(v, "shape") and len(v.shape) and v.shape[0]:
             v[0]
     return n
@@ -137,6 +141,14 @@ def main() -> None:
             n += mb.num_samples
 
     paths["MinibatchSource.next_minibatch (CNTK's API)"] = cntk_api
+    try:
+        import cntkio.jax as cj
+
+        cj._jax()
+        paths["jax Loader"] = epoch(lambda: cj.Loader(**opts, num_threads=threads))
+        paths["jax Loader, kept across epochs"] = second_epoch(lambda: cj.Loader(**opts, num_threads=threads))
+    except ImportError:
+        notes["jax"] = "JAX not installed: jax rows left out"
     torch: Optional[Any] = None
     try:
         import torch as _torch  # noqa: F401

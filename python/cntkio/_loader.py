@@ -233,6 +233,10 @@ def _rebuild_loader(module: str, config: Dict[str, Any], state: Dict[str, Any]) 
         from cntkio._torch_loader import loader_class
 
         obj = loader_class()(**config)
+    elif module == "cntkio.jax":
+        from cntkio.jax import Loader as JaxLoader
+
+        obj = JaxLoader(**config)
     else:
         obj = Loader(**config)
     obj.__dict__.update(state)

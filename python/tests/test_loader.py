@@ -323,28 +323,36 @@ def test_kept_chunks_are_not_read_again(tmp_path):
     assert pickle.loads(pickle.dumps(freeing)).keep_chunks is False
 
 
-def test_resume_continues_the_epoch(tmp_path):
-    path = tmp_path / "data.ctf"
-    write_data(path, random.Random(14), 300, 3)
-    opts = dict(paths=path, streams=defs(), batch_size=20, seed=4, chunkSizeInBytes=600, num_threads=2,
-                with_keys=True)
-    full = cntkio.Loader(**opts)
+def assert_resume_continues(make: Any, stops: Tuple[int, ...]) -> Any:
+    """A loader made by ``make()`` (``with_keys=True``) stopped after ``k`` batches of epoch 1 (each of
+    ``stops``, and the last but one) gives a state counting those ``k``, from which a new loader yields the
+    rest of the epoch; returns the last resumed loader."""
+    full = make()
     full.set_epoch(1)
     keys = [d["keys"].tolist() for d in full]
-    for k in (0, 1, 5, len(keys) - 1):
-        first = cntkio.Loader(**opts)
+    for k in (*stops, len(keys) - 1):
+        first = make()
         first.set_epoch(1)
         it = iter(first)
         for _ in range(k):
             next(it)
         state = json.loads(json.dumps(first.state_dict()))
         assert state["batches"] == k
-        resumed = cntkio.Loader(**opts)
+        resumed = make()
         resumed.load_state_dict(state)
         assert [d["keys"].tolist() for d in resumed] == keys[k:]
-        # The next epoch is whole again.
-        resumed.set_epoch(2)
-        assert sum(len(d["keys"]) for d in resumed) == 300
+    return resumed
+
+
+def test_resume_continues_the_epoch(tmp_path):
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(14), 300, 3)
+    opts = dict(paths=path, streams=defs(), batch_size=20, seed=4, chunkSizeInBytes=600, num_threads=2,
+                with_keys=True)
+    resumed = assert_resume_continues(lambda: cntkio.Loader(**opts), (0, 1, 5))
+    # The next epoch is whole again.
+    resumed.set_epoch(2)
+    assert sum(len(d["keys"]) for d in resumed) == 300
 
 
 def test_loader_errors_and_pickling(tmp_path):

@@ -319,17 +319,22 @@ def print_table(args: argparse.Namespace, cmds: Dict[str, Cmd], feed: Dict[str, 
         loader = feed.get("numpy Loader")
         native = feed.get("native (cntkio batches --bench)")
         torch = feed.get("torch Loader")
+        jax = feed.get("jax Loader")
         fig = f"`cntkio.Loader` {loader:.2f} M samples/s" if loader else "—"
         if torch:
             fig += f", `cntkio.torch.Loader` {torch:.2f}"
+        if jax:
+            fig += f", `cntkio.jax.Loader` {jax:.2f}"
         vs = f"native `cntkio batches --bench` {native:.2f} M samples/s" if native else "—"
         print(f"| Python feed, from CBF | `python3 python/bench_feed.py dense.cbf` (batches of 4096, best epoch) "
               f"| {fig} | "
               f"{vs} |")
         k_loader = feed.get("numpy Loader, kept across epochs")
-        k_torch = feed.get("torch Loader, kept across epochs")
-        if k_loader or k_torch:
-            figs = [f"`{n}` {v:.2f}" for n, v in (("cntkio.Loader", k_loader), ("cntkio.torch.Loader", k_torch)) if v]
+        kept = [("cntkio.Loader", k_loader)] + [
+            (f"cntkio.{m}.Loader", feed.get(f"{m} Loader, kept across epochs")) for m in ("torch", "jax")
+        ]
+        if any(v for _, v in kept):
+            figs = [f"`{n}` {v:.2f}" for n, v in kept if v]
             later = feed.get("native, a later sweep of one run (--max-sweeps 3)")
             vs_later = f"native, a later sweep of `--max-sweeps 3` {later:.2f} M samples/s" if later else vs
             print(f"| Python feed, epochs of one loader | the same, one loader for all epochs (`set_epoch` between "
