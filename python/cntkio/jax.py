@@ -26,8 +26,11 @@ batch is laid out along its first axis across the sharding's devices; give ``pad
 number. In a multi-process run (``jax.distributed.initialize``) each process reads its own partition of the
 data (``rank`` / ``world_size`` default to ``jax.process_index()`` / ``jax.process_count()``) and the batch is
 the global array made of every process's part (``jax.make_array_from_process_local_data``), which needs the
-same shapes in every process: ``pad_to`` (and ``pad_length`` with the padded layout). Use
-``balanced_workers=True`` so that every process gets the same number of sequences (±1) per epoch.
+same shapes in every process: ``pad_to`` (and ``pad_length`` with the padded layout). Every process yields as
+many batches an epoch (the processes share their counts at its start): one whose partition ends first yields
+batches of padding only (masks all False, lengths 0, no keys) until the others end, so that none waits in a
+step the others no longer take. ``balanced_workers=True`` gives every process the same number of sequences
+(±1), and so the fewest such batches.
 
 **Types.** Values keep their type; ``float64`` streams (``precision="double"``) need
 ``jax.config.update("jax_enable_x64", True)``, as JAX would otherwise round them to ``float32``. Lengths are
@@ -140,6 +143,11 @@ class Loader(_NumpyLoader):  # type: ignore[misc]
                     "a sharding spanning processes needs the same shapes in every process: with layout='padded' "
                     "give pad_length too"
                 )
+            if kwargs.get("truncation_length"):
+                raise UsageError(
+                    "a sharding spanning processes needs every process to run the same number of batches, which "
+                    "truncated BPTT knows only when read: use one loader per process with its own device"
+                )
             if kwargs.get("rank") is None and kwargs.get("world_size") is None:
                 kwargs["rank"], kwargs["world_size"] = jax.process_index(), jax.process_count()
         self.device = device
@@ -176,6 +184,11 @@ class Loader(_NumpyLoader):  # type: ignore[misc]
                 values = _pad_axis(values, 0, rows)
                 out[f"{name}_mask"] = np.arange(rows) < n
                 lengths = _pad_axis(lengths, 0, _bucket(lengths.shape[0], pad_to))
+            if self._global and values.shape[0] != pad_to:
+                raise UsageError(
+                    f"a batch holds {values.shape[0]} rows of stream {name!r}, more than pad_to={pad_to}: the "
+                    "processes of a sharding need the same shapes; give pad_to at least the largest batch"
+                )
             out[name] = values
             out[f"{name}_lengths"] = lengths
         return out
@@ -200,10 +213,37 @@ class Loader(_NumpyLoader):  # type: ignore[misc]
                 ) from None
             raise
 
+    def _empty(self) -> Dict[str, Any]:
+        """A batch of padding only (every mask False, lengths 0), shaped as the padded batches."""
+        assert self.pad_to is not None
+        rows = self.pad_to
+        out: Dict[str, Any] = {}
+        for i in self._infos:
+            steps = () if self.layout == "flat" else (self.pad_length or 1,)
+            out[i.name] = np.zeros((rows,) + steps + tuple(i.sample_shape), dtype=i.dtype)
+            out[f"{i.name}_lengths"] = np.zeros(rows, dtype=self._int)
+            out[f"{i.name}_mask"] = np.zeros((rows,) + steps, dtype=bool)
+        if self.with_keys:
+            out["keys"] = np.zeros(0, dtype=np.int64)
+        return out
+
+    def _batches_of_every_process(self) -> int:
+        """The most batches any process has left of this epoch (an all-gather over the processes)."""
+        from jax.experimental import multihost_utils
+
+        resume = self._resume
+        skipped = resume[1] if resume is not None and resume[0] == self.epoch else 0
+        left = np.array(len(self) - skipped, dtype=np.int32)
+        return int(np.max(multihost_utils.process_allgather(left)))
+
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         place = self._placer()
-        ahead: Deque[Tuple[Dict[str, Any], str, int]] = collections.deque()
+        # Every process yields as many batches: one whose partition ends first pads with empty batches, so
+        # that no process waits forever in a step the others no longer take.
+        total = self._batches_of_every_process() if self._global else None
+        ahead: Deque[Tuple[Dict[str, Any], Optional[str], int]] = collections.deque()
         raw = self._raw_batches()
+        yielded = 0
         try:
             for r in raw:
                 for mb, position, n in _feed.minibatches_of(r, self._infos):
@@ -212,10 +252,16 @@ class Loader(_NumpyLoader):  # type: ignore[misc]
                     if len(ahead) > self.device_prefetch:
                         batch, position, n = ahead.popleft()
                         self._handed_out(position, n)
+                        yielded += 1
                         yield batch
+            if total is not None and yielded + len(ahead) < total:
+                empty = self._empty()
+                for _ in range(total - yielded - len(ahead)):
+                    ahead.append((self._place(place, empty), None, 0))
             while ahead:
                 batch, position, n = ahead.popleft()
-                self._handed_out(position, n)
+                if position is not None:
+                    self._handed_out(position, n)
                 yield batch
         finally:
             raw.close()

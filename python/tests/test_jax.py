@@ -4,6 +4,7 @@ shapes on request, laid out across devices and processes by a sharding; resuming
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pickle
 import random
@@ -238,9 +239,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_processes_make_global_arrays_of_their_partitions(tmp_path):
+@pytest.mark.parametrize("balanced", [True, False])
+def test_processes_make_global_arrays_of_their_partitions(tmp_path, balanced):
     """Two processes (jax.distributed), two CPU devices each: each loader reads its rank's partition (rank and
-    world size from JAX), and the batch is the global array of both processes' padded parts."""
+    world size from JAX), the batch is the global array of both processes' padded parts, and both yield as
+    many batches (CNTK's chunk dealing gives the ranks unequal shares: the shorter pads with empty batches)."""
     path = tmp_path / "data.ctf"
     write_data(path, random.Random(28), 400, 3)
     port = free_port()
@@ -252,23 +255,34 @@ def test_processes_make_global_arrays_of_their_partitions(tmp_path):
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         from test_loader import defs
         sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), P("data"))
-        opts = dict(paths=PATH, streams=defs(), batch_size=16, seed=8, chunkSizeInBytes=600, balanced_workers=True)
+        opts = dict(paths=PATH, streams=defs(), batch_size=16, seed=8, chunkSizeInBytes=CHUNK,
+                    balanced_workers=BALANCED)
         loader = cntkio.jax.Loader(sharding=sharding, pad_to=16, with_keys=True, **opts)
         assert (loader.rank, loader.world_size) == (pid, 2), (loader.rank, loader.world_size)
         mine = [{k: np.array(v) for k, v in d.items()}
                 for d in cntkio.Loader(sparse="dense", rank=pid, world_size=2, with_keys=True, **opts)]
         got = list(loader)
-        assert len(got) == len(mine) > 3
-        for g, w in zip(got, mine):
-            assert np.array_equal(g["keys"], w["keys"])
+        assert len(got) >= len(mine) > 3
+        for i, g in enumerate(got):
             x = g["a"]
             assert x.shape == (32, 3) and not x.is_fully_addressable
             local = sorted(x.addressable_shards, key=lambda s: s.index[0].start)
-            part = np.concatenate([np.asarray(s.data) for s in local])
             assert local[0].index[0].start == 16 * pid
-            assert np.array_equal(part[: len(w["a"])], w["a"]) and not part[len(w["a"]):].any()
-        print(json.dumps(sum(len(d["keys"]) for d in got)))
-    """.replace("PORT", str(port)).replace("PATH", repr(str(path)))
+            part = np.concatenate([np.asarray(s.data) for s in local])
+            mask = np.concatenate([np.asarray(s.data) for s in
+                                   sorted(g["a_mask"].addressable_shards, key=lambda s: s.index[0].start)])
+            if i < len(mine):
+                w = mine[i]
+                assert np.array_equal(g["keys"], w["keys"])
+                assert np.array_equal(part[: len(w["a"])], w["a"]) and not part[len(w["a"]):].any()
+                assert mask.sum() == len(w["a"])
+            else:  # padding: this partition has ended
+                assert len(g["keys"]) == 0 and not part.any() and not mask.any()
+        print(json.dumps([len(got), len(mine), sum(len(d["keys"]) for d in got)]))
+    """
+    code = code.replace("PORT", str(port)).replace("PATH", repr(str(path))).replace("BALANCED", str(balanced))
+    # Unbalanced: three chunks dealt to two ranks.
+    code = code.replace("CHUNK", "600" if balanced else str(path.stat().st_size // 3 + 1))
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
                PYTHONPATH=str(Path(__file__).parent))
     procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(i)], stdout=subprocess.PIPE,
@@ -279,8 +293,11 @@ def test_processes_make_global_arrays_of_their_partitions(tmp_path):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    outs = []
+    counts = []
     for p, (out, err) in zip(procs, results):
         assert p.returncode == 0, err[-3000:]
-        outs.append(int(out.strip().splitlines()[-1]))
-    assert sum(outs) == 400  # the partitions cover the epoch
+        counts.append(json.loads(out.strip().splitlines()[-1]))
+    assert counts[0][0] == counts[1][0]  # as many batches in both processes
+    assert sum(c[2] for c in counts) == 400  # the partitions cover the epoch
+    if not balanced:
+        assert counts[0][1] != counts[1][1], "the chunks are dealt unequally"
