@@ -189,6 +189,12 @@ class Loader(_NumpyLoader):  # type: ignore[misc]
                     f"a batch holds {values.shape[0]} rows of stream {name!r}, more than pad_to={pad_to}: the "
                     "processes of a sharding need the same shapes; give pad_to at least the largest batch"
                 )
+            if self._global and self.layout == "padded" and values.shape[1] != pad_length:
+                raise UsageError(
+                    f"a batch holds a sequence of {values.shape[1]} samples of stream {name!r}, longer than "
+                    f"pad_length={pad_length}: the processes of a sharding need the same shapes; give pad_length "
+                    "at least the longest sequence"
+                )
             out[name] = values
             out[f"{name}_lengths"] = lengths
         return out

@@ -116,6 +116,24 @@ def test_pad_to_and_pad_length_with_the_padded_layout(tmp_path):
             assert g[f"{name}_lengths"].shape == (rows,)
 
 
+@pytest.mark.parametrize("layout", ["flat", "padded"])
+def test_padding_batches_are_shaped_as_the_padded_ones(tmp_path, layout):
+    """The empty batches a process pads its epoch with (a sharding across processes) have the shapes and
+    types of its batches, and hold nothing."""
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(29), 200, 3)
+    opts = dict(paths=path, streams=defs(), batch_size=8, seed=5, layout=layout, with_keys=True)
+    loader = cj.Loader(**opts, pad_to=8, **({"pad_length": 4} if layout == "padded" else {}))
+    empty = loader._empty()
+    real = next(iter(loader))
+    assert empty.keys() == real.keys()
+    for k, v in real.items():
+        assert empty[k].shape[1:] == v.shape[1:] and empty[k].dtype == v.dtype, k
+        if k != "keys":
+            assert empty[k].shape == v.shape and not empty[k].any(), k
+    assert empty["keys"].shape == (0,)
+
+
 def test_state_counts_the_batches_yielded_not_those_placed_ahead(tmp_path):
     path = tmp_path / "data.ctf"
     write_data(path, random.Random(24), 300, 3)
