@@ -73,6 +73,7 @@ __all__ = [
     "inspect",
     "read_arrow",
     "recompress",
+    "stats",
     "validate",
 ]
 
@@ -692,6 +693,50 @@ def inspect(path: PathLike, *, skip_sequence_ids: bool = False) -> Dict[str, Any
     """What a file holds, without a schema: the report of ``cntkio inspect --json`` as a dict (CTF:
     inferred streams, dims, sequence lengths; CBF: header, streams, chunks)."""
     return dict(_json.loads(_native.inspect_json(_os.fspath(path), skip_sequence_ids)))
+
+
+def stats(
+    input: Union[PathLike, _Deserializer, Sequence[Union[PathLike, _Deserializer]]],
+    streams: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    *,
+    threads: Optional[int] = None,
+    **options: Any,
+) -> Dict[str, Any]:
+    """Per stream and dimension, the mean, standard deviation (of the population), minimum and maximum of the
+    values as a model sees them — sparse streams dense, 0 where a sample has no entry — and for sparse streams
+    the entries each index has (for one-hot labels, the samples of each class): the report of ``cntkio stats
+    --json`` with NumPy arrays, ``{"sequences": N, "streams": {NAME: {"format", "dim", "samples", "nan",
+    "infinite", "mean", "std", "min", "max", and for sparse streams "entries", "entries_per_index"}}}`` (NaN
+    for a dimension of a stream without samples).
+
+    ``input``: a file, a deserializer, or a list of them, taken together (read one after another). CTF files
+    need ``streams`` (a :class:`StreamDefs`); ``options`` are deserializer options (``maxErrors``, …). The
+    chunks are read on ``threads`` threads (default: the cores); the figures do not depend on how many.
+    Ctrl-C stops it."""
+    from cntkio.torch import _open_paths
+
+    items = [input] if isinstance(input, (str, _os.PathLike, _Deserializer)) else list(input)
+    ds: List[_Deserializer] = []
+    for item in items:
+        if isinstance(item, _Deserializer):
+            if streams is not None or options:
+                raise UsageError("streams and options apply to paths; set them on the deserializers")
+            ds.append(item)
+        else:
+            unknown = sorted(k for k in options if k not in _ALIASES)
+            if unknown:
+                raise UsageError(f"stats: unknown argument {unknown[0]!r}{_did_you_mean(unknown[0], set(_ALIASES) | {'threads'})}")
+            ds.extend(_open_paths(item, streams, options))
+    report = _json.loads(_native.stats_json([d.open() for d in ds], threads))
+    out: Dict[str, Any] = {"sequences": report["sequences"], "streams": {}}
+    for s in report["streams"]:
+        entry = {k: v for k, v in s.items() if k != "name"}
+        for k in ("mean", "std", "min", "max"):
+            entry[k] = _np.array([float(x) for x in s[k]], dtype=_np.float64)  # "nan", "inf", "-inf" too
+        if "entries_per_index" in s:
+            entry["entries_per_index"] = _np.array(s["entries_per_index"], dtype=_np.int64)
+        out["streams"][s["name"]] = entry
+    return out
 
 
 def _ctf_config(path: PathLike, streams: Any, options: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -183,6 +183,13 @@ class ValidationReport(NamedTuple):
 def detect_format(path: PathLike) -> str: ...
 def recompress(input: PathLike, output: PathLike, *, threads: Optional[int] = ...) -> int: ...
 def inspect(path: PathLike, *, skip_sequence_ids: bool = ...) -> Dict[str, Any]: ...
+def stats(
+    input: Union[PathLike, _Deserializer, Sequence[Union[PathLike, _Deserializer]]],
+    streams: Optional[Mapping[str, Mapping[str, Any]]] = ...,
+    *,
+    threads: Optional[int] = ...,
+    **options: Any,
+) -> Dict[str, Any]: ...
 def convert(
     input: Union[PathLike, _Deserializer],
     output: PathLike,

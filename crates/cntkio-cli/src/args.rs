@@ -23,6 +23,8 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Print every sequence as JSON Lines: {"key": K, "streams": {"NAME": SAMPLES}}.
     Dump(DumpArgs),
+    /// Per stream and dimension: mean, std, min, max of the values (sparse: as dense) and entries per index.
+    Stats(StatsArgs),
     /// Measure index and parse throughput (MB/s, samples/s).
     Bench(BenchArgs),
     /// Convert CTF to CBF (like CNTK's ctf2bin.py) or CBF back to CTF; the input's format is detected.
@@ -235,6 +237,22 @@ pub struct DumpArgs {
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub read: ReadArgs,
+}
+
+/// `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Input files, taken together (optional with --config, which names its own).
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// Dimensions listed per stream in the text (the first N; sparse streams: the N indices with the most
+    /// entries).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub dims: usize,
+    /// Print JSON, with every dimension.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `bench`.

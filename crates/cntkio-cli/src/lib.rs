@@ -1,4 +1,4 @@
-//! The `cntkio` command line: validate, inspect, dump and benchmark CNTK data files.
+//! The `cntkio` command line: validate, inspect, dump, summarize, convert and benchmark CNTK data files.
 //!
 //! This crate only translates: arguments to library calls, results to text and JSON.
 #![forbid(unsafe_code)]
@@ -16,6 +16,7 @@ mod inspect;
 mod render;
 mod resolve;
 mod signals;
+mod stats;
 mod validate;
 
 use clap::Parser;
@@ -86,6 +87,7 @@ where
         args::Command::Validate(a) => validate::run(a, cli.quiet),
         args::Command::Inspect(a) => inspect::run(a, cli.quiet),
         args::Command::Dump(a) => dump::run(a, cli.quiet),
+        args::Command::Stats(a) => stats::run(a, cli.quiet),
         args::Command::Bench(a) => bench::run(a, cli.quiet),
         args::Command::Convert(a) => convert::run(a, cli.quiet),
         args::Command::Batches(a) => batches::run(a, cli.quiet),

@@ -163,6 +163,20 @@ impl Progress {
         bar.set_prefix(label.to_string());
         Progress { bar: Some(bar) }
     }
+    /// A bar for `total` chunks.
+    pub fn chunks(total: u64, label: &str, quiet: bool) -> Progress {
+        if quiet || !std::io::stderr().is_terminal() {
+            return Progress { bar: None };
+        }
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} chunks eta {eta}")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(label.to_string());
+        Progress { bar: Some(bar) }
+    }
     /// Sets the position.
     pub fn set(&self, pos: u64) {
         if let Some(b) = &self.bar {

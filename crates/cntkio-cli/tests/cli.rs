@@ -2680,3 +2680,48 @@ fn a_config_reads_its_cbf_deserializers_with_their_renames_in_its_order() {
         write(d.path(), "broken.cntk", std::fs::read_to_string(&config).unwrap().replace("dim = 5", "dim = x"));
     run(args!["dump", "--config", &broken, "--data-dir", d.path()]).code(2);
 }
+
+// ---------------------------------------------------------------------------------------------------
+// stats
+// ---------------------------------------------------------------------------------------------------
+
+#[test]
+fn stats_figures_exit_codes_and_threads() {
+    let d = tmp();
+    // x (dense, dim 2): dim 0 holds 1 3 5 7, dim 1 only 10. y (sparse, dim 3), dense: [0 0 1] [0.5 0 0] [0 0 1].
+    let f = write(d.path(), "s.ctf", "0 |x 1 10 |y 2:1\n1 |x 3 10 |y 0:0.5\n1 |x 5 10\n2 |x 7 10 |y 2:1\n");
+    let schema = ["--stream", "x:2:dense", "--stream", "y:3:sparse"];
+    let o = run(args!["stats", &f, &schema, "--json"]);
+    let r: serde_json::Value = serde_json::from_str(&o.code(0).stdout()).unwrap();
+    assert_eq!((r["version"].as_u64(), r["sequences"].as_u64()), (Some(1), Some(3)));
+    let x = &r["streams"][0];
+    assert_eq!((x["name"].as_str(), x["format"].as_str(), x["samples"].as_u64()), (Some("x"), Some("dense"), Some(4)));
+    let v = |s: &serde_json::Value, k: &str| -> Vec<f64> {
+        s[k].as_array().unwrap().iter().map(|n| n.as_f64().unwrap()).collect()
+    };
+    assert_eq!(v(x, "mean"), [4.0, 10.0]);
+    assert_eq!(v(x, "min"), [1.0, 10.0]);
+    assert_eq!(v(x, "max"), [7.0, 10.0]);
+    assert!((v(x, "std")[0] - 5f64.sqrt()).abs() < 1e-12 && v(x, "std")[1] == 0.0);
+    assert!(x.get("entries").is_none() && x.get("entries_per_index").is_none());
+    let y = &r["streams"][1];
+    assert_eq!(
+        (y["format"].as_str(), y["samples"].as_u64(), y["entries"].as_u64()),
+        (Some("sparse"), Some(3), Some(3))
+    );
+    assert_eq!(y["entries_per_index"], serde_json::json!([1, 0, 2]));
+    let mean = v(y, "mean");
+    assert!((mean[0] - 0.5 / 3.0).abs() < 1e-15 && mean[1] == 0.0 && (mean[2] - 2.0 / 3.0).abs() < 1e-15);
+    assert_eq!(v(y, "min"), [0.0, 0.0, 0.0]);
+    assert_eq!(v(y, "max"), [0.5, 0.0, 1.0]);
+    // Text: the constant dimension, and the indices by entries.
+    run(args!["stats", &f, &schema]).code(0).out_has("1 dim(s) constant").out_has("2 (66.7 % of samples)");
+    // The same bytes whatever the threads and chunks.
+    let one = run(args!["stats", &f, &schema, "--json", "-j", "1", "--chunk-size", "20"]);
+    let two = run(args!["stats", &f, &schema, "--json", "-j", "2", "--chunk-size", "20"]);
+    assert_eq!(one.code(0).stdout, two.code(0).stdout);
+    // A data error: exit 1, where it is; no schema: exit 2, with the one the rows suggest.
+    let bad = write(d.path(), "bad.ctf", "0 |x 1 10 |y 2:1\n1 |x 3 q |y 0:0.5\n");
+    run(args!["stats", &bad, &schema]).code(1).err_has("bad.ctf:2:");
+    run(args!["stats", &f]).code(2).err_has("--stream x:2:dense");
+}

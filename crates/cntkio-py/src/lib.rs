@@ -36,6 +36,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reader::stream_infos, m)?)?;
     m.add_function(wrap_pyfunction!(ops::detect, m)?)?;
     m.add_function(wrap_pyfunction!(ops::inspect_json, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::stats_json, m)?)?;
     m.add_function(wrap_pyfunction!(ops::suggest_streams, m)?)?;
     m.add_function(wrap_pyfunction!(ops::convert, m)?)?;
     m.add_function(wrap_pyfunction!(ops::validate_json, m)?)?;

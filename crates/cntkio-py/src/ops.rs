@@ -28,6 +28,29 @@ pub fn suggest_streams(py: Python<'_>, path: PathBuf) -> Option<Vec<(String, usi
     Some(schema.streams().iter().map(|s| (s.name.clone(), s.dim, s.format == cntkio::StorageFormat::Sparse)).collect())
 }
 
+/// The `stats --json` report (as JSON text) of the opened deserializers `readers`, read one after another;
+/// the GIL is released while reading, and Ctrl-C stops it.
+#[pyfunction]
+#[pyo3(signature = (readers, threads = None))]
+pub fn stats_json(
+    py: Python<'_>,
+    readers: Vec<PyRef<'_, crate::reader::Reader>>,
+    threads: Option<usize>,
+) -> PyResult<String> {
+    let parts: Vec<_> = readers.iter().map(|r| r.deserializer()).collect();
+    let threads = cntkio::threads_or_cores(threads);
+    let run = move || -> Result<_, Error> {
+        let source: std::sync::Arc<dyn cntkio::source::Deserializer> = match parts.len() {
+            0 => return Err(Error::option("paths", "stats needs at least one file")),
+            1 => parts.into_iter().next().expect("one part"),
+            _ => std::sync::Arc::new(cntkio::source::MultiSource::new(parts)?),
+        };
+        cntkio::stats::stats(&*source, threads, &mut |_, _| {}, Some(python_signal_raised))
+    };
+    let report = interruptible(py, run, py_err)?;
+    serde_json::to_string(&report).map_err(|e| usage(format!("cannot encode the report: {e}")))
+}
+
 /// The `inspect --json` report as JSON text.
 #[pyfunction]
 #[pyo3(signature = (path, skip_sequence_ids = false))]

@@ -17,6 +17,7 @@ pub mod inspect;
 pub mod options;
 pub mod randomize;
 pub mod source;
+pub mod stats;
 pub mod suggest;
 pub mod validate;
 pub use options::CtfOptions;
