@@ -15,7 +15,8 @@
 :class:`IterDataset` is a ``grain.IterDataset`` whose elements are the batches of :class:`cntkio.Loader` (dicts
 of NumPy arrays, in CNTK's order, assembled by native threads — no Grain worker processes are needed to read
 them), one epoch after another: epoch ``e`` is CNTK's sweep ``e`` shuffled with ``seed + e``, as the loader's
-:meth:`~cntkio.Loader.set_epoch` makes it. Its iterators' ``get_state()`` is the loader's state (small JSON)
+:meth:`~cntkio.Loader.set_epoch` makes it. Under ``mp_prefetch`` each of Grain's worker processes reads one
+partition of the rank's data, as a DataLoader worker does (CNTK's distributed reading). Its iterators' ``get_state()`` is the loader's state (small JSON)
 and ``set_state()`` resumes exactly there, so Grain's checkpointing (``grain.checkpoint``, Orbax) continues an
 interrupted run with the next batch it would have yielded. Grain is imported when a dataset is made.
 """
@@ -120,7 +121,20 @@ def _classes() -> Dict[str, Any]:
             self.first_epoch = first_epoch
             self.num_epochs = None if num_epochs is None else _positive("num_epochs", num_epochs)
             self._args = dict(loader_args, deserializers=deserializers)
-            self._loader()  # opens the files and checks the arguments now
+            loader = self._loader()  # opens the files and checks the arguments now
+            self._args.update(rank=loader.rank, world_size=loader.world_size)
+
+        def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+            """Reads one part of this rank's data: ``slice(w, None, n)`` is Grain's worker ``w`` of ``n``
+            (``mp_prefetch``), which then reads partition ``rank × n + w`` of ``world_size × n``, as a
+            DataLoader worker does (``sequential_slice`` changes nothing: the parts are CNTK's partitions)."""
+            del sequential_slice
+            n = 1 if sl.step is None else sl.step
+            w = 0 if sl.start is None else sl.start
+            if sl.stop is not None or n < 1 or not 0 <= w < n:
+                raise UsageError(f"a cntkio.grain.IterDataset is split only as slice(w, None, n), not {sl!r}")
+            rank, world = self._args["rank"], self._args["world_size"]
+            self._args.update(rank=rank * n + w, world_size=world * n)
 
         def _loader(self) -> Loader:
             loader = Loader(**self._args)
@@ -147,6 +161,7 @@ def _classes() -> Dict[str, Any]:
 
     for cls in (DatasetIterator, IterDataset):
         cls.__module__ = __name__
+        cls.__qualname__ = cls.__name__  # pickled by name (Grain's worker processes)
     _CLASSES = {"IterDataset": IterDataset, "DatasetIterator": DatasetIterator}
     return _CLASSES
 

@@ -96,3 +96,26 @@ def test_errors(opts):
         cg.IterDataset(**opts, batch_sise=3)
     with pytest.raises(TypeError, match="no end"):
         len(cg.IterDataset(**opts))
+
+
+def test_grain_workers_read_one_partition_each_and_resume(opts):
+    """mp_prefetch: each of Grain's worker processes reads a partition of its own (the sequences once in all),
+    and the pipeline's state resumes it."""
+    from absl import flags
+
+    flags.FLAGS.mark_as_parsed()  # Grain's workers read absl flags (an absl app parses them)
+    ds = cg.IterDataset(**opts, num_epochs=1)
+    mp = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+    batches = [d["keys"].tolist() for d in mp]
+    keys = [k for b in batches for k in b]
+    assert sorted(keys) == sorted(k for d in cntkio.Loader(**opts) for k in d["keys"].tolist())
+    assert len(keys) == len(set(keys)) == 250
+    it = iter(mp)
+    for _ in range(3):
+        next(it)
+    state = it.get_state()
+    resumed = iter(cg.IterDataset(**opts, num_epochs=1).mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+    resumed.set_state(state)
+    assert [d["keys"].tolist() for d in resumed] == batches[3:]
+    with pytest.raises(cntkio.UsageError, match="slice"):
+        ds.set_slice(slice(0, 10))
