@@ -131,62 +131,110 @@ fn dense_part<T: Copy + Into<f64>>(values: &[T], dim: usize, samples: u64) -> St
     acc
 }
 
-fn sparse_part<T: Copy + Into<f64>>(values: &[T], indices: &[i32], sample_offsets: &[u64]) -> ChunkPart {
-    // A sample's value at an index: its last entry there, as CNTK densifies a sample that repeats one.
-    let mut entries: Vec<(usize, f64)> = Vec::with_capacity(values.len());
-    let mut sample: Vec<(usize, f64)> = Vec::new();
-    for w in sample_offsets.windows(2) {
-        let (Some(ix), Some(vs)) =
-            (indices.get(w[0] as usize..w[1] as usize), values.get(w[0] as usize..w[1] as usize))
-        else {
-            continue;
-        };
-        sample.clear();
-        sample.extend(ix.iter().zip(vs).map(|(&i, &v)| (i.max(0) as usize, v.into())));
-        if sample.len() > 1 {
-            // Stable: of a repeated index, the last entry is last; keep it.
-            sample.sort_by_key(|e| e.0);
-            let mut kept = 0;
-            for k in 0..sample.len() {
-                if k + 1 < sample.len() && sample[k + 1].0 == sample[k].0 {
-                    continue;
-                }
-                sample[kept] = sample[k];
-                kept += 1;
-            }
-            sample.truncate(kept);
+/// A thread's per-index scratch for summarizing sparse chunks (sized to the widest stream seen; every
+/// entry is back to its initial value between two uses).
+struct Scratch {
+    /// The sample (of the chunk) whose entry an index holds, `u64::MAX` for none.
+    owner: Vec<u64>,
+    count: Vec<u64>,
+    sum: Vec<f64>,
+    m2: Vec<f64>,
+    min: Vec<f64>,
+    max: Vec<f64>,
+    /// Each sample's entries kept: an index it repeats holds its last.
+    kept: Vec<(u32, f64)>,
+    touched: Vec<usize>,
+}
+
+impl Scratch {
+    const fn new() -> Scratch {
+        Scratch {
+            owner: Vec::new(),
+            count: Vec::new(),
+            sum: Vec::new(),
+            m2: Vec::new(),
+            min: Vec::new(),
+            max: Vec::new(),
+            kept: Vec::new(),
+            touched: Vec::new(),
         }
-        entries.extend_from_slice(&sample);
     }
-    // Stable: an index's values keep their file order, so the sums are those of a sequential pass.
-    entries.sort_by_key(|e| e.0);
-    let mut touched = Vec::new();
-    let (mut nan, mut infinite) = (0, 0);
-    for run in entries.chunk_by(|a, b| a.0 == b.0) {
-        let n = run.len();
-        let mut m = Moments { n: n as u64, ..Moments::default() };
-        let mut sum = 0.0;
-        for &(_, x) in run {
-            sum += x;
-            m.min = m.min.min(x);
-            m.max = m.max.max(x);
+
+    fn fit(&mut self, dim: usize) {
+        if self.owner.len() < dim {
+            self.owner.resize(dim, u64::MAX);
+            self.count.resize(dim, 0);
+            self.sum.resize(dim, 0.0);
+            self.m2.resize(dim, 0.0);
+            self.min.resize(dim, f64::INFINITY);
+            self.max.resize(dim, f64::NEG_INFINITY);
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = const { std::cell::RefCell::new(Scratch::new()) };
+}
+
+fn sparse_part<T: Copy + Into<f64>>(values: &[T], indices: &[i32], sample_offsets: &[u64], dim: usize) -> ChunkPart {
+    SCRATCH.with_borrow_mut(|sc| {
+        sc.fit(dim);
+        // A sample's value at an index: its last entry there, as CNTK densifies a sample that repeats one
+        // (its entries are walked from the last, and an index already set by the sample is skipped).
+        sc.kept.clear();
+        for (k, w) in sample_offsets.windows(2).enumerate() {
+            let range = w[0] as usize..w[1] as usize;
+            let (Some(ix), Some(vs)) = (indices.get(range.clone()), values.get(range)) else {
+                continue;
+            };
+            for (&i, &v) in ix.iter().zip(vs).rev() {
+                let i = i.max(0) as usize;
+                if i < dim && sc.owner[i] != k as u64 {
+                    sc.owner[i] = k as u64;
+                    sc.kept.push((i as u32, v.into()));
+                }
+            }
+        }
+        // Two passes over the kept entries in file order (per sample, reversed: the sums' order is fixed by
+        // the chunk alone): sums, then squared deviations from each index's mean.
+        let (mut nan, mut infinite) = (0, 0);
+        for &(i, x) in &sc.kept {
+            let i = i as usize;
+            if sc.count[i] == 0 {
+                sc.touched.push(i);
+            }
+            sc.count[i] += 1;
+            sc.sum[i] += x;
+            sc.min[i] = sc.min[i].min(x);
+            sc.max[i] = sc.max[i].max(x);
             nan += u64::from(x.is_nan());
             infinite += u64::from(x.is_infinite());
         }
-        m.mean = sum / n as f64;
-        m.m2 = run.iter().map(|&(_, x)| (x - m.mean) * (x - m.mean)).sum();
-        touched.push((run[0].0, m));
-    }
-    let samples = sample_offsets.len().saturating_sub(1) as u64;
-    ChunkPart::Sparse { samples, entries: values.len() as u64, nan, infinite, touched }
+        for &(i, x) in &sc.kept {
+            let i = i as usize;
+            let d = x - sc.sum[i] / sc.count[i] as f64;
+            sc.m2[i] += d * d;
+        }
+        sc.touched.sort_unstable();
+        let mut touched = Vec::with_capacity(sc.touched.len());
+        for &i in &sc.touched {
+            let n = sc.count[i];
+            touched.push((i, Moments { n, mean: sc.sum[i] / n as f64, m2: sc.m2[i], min: sc.min[i], max: sc.max[i] }));
+            (sc.owner[i], sc.count[i], sc.sum[i], sc.m2[i]) = (u64::MAX, 0, 0.0, 0.0);
+            (sc.min[i], sc.max[i]) = (f64::INFINITY, f64::NEG_INFINITY);
+        }
+        sc.touched.clear();
+        let samples = sample_offsets.len().saturating_sub(1) as u64;
+        ChunkPart::Sparse { samples, entries: values.len() as u64, nan, infinite, touched }
+    })
 }
 
 fn part_of(s: &StreamData) -> ChunkPart {
     match (&s.layout, &s.values) {
         (Layout::Dense, Values::F32(v)) => ChunkPart::Dense(dense_part(v, s.dim, s.num_samples())),
         (Layout::Dense, Values::F64(v)) => ChunkPart::Dense(dense_part(v, s.dim, s.num_samples())),
-        (Layout::Sparse { indices, sample_offsets }, Values::F32(v)) => sparse_part(v, indices, sample_offsets),
-        (Layout::Sparse { indices, sample_offsets }, Values::F64(v)) => sparse_part(v, indices, sample_offsets),
+        (Layout::Sparse { indices, sample_offsets }, Values::F32(v)) => sparse_part(v, indices, sample_offsets, s.dim),
+        (Layout::Sparse { indices, sample_offsets }, Values::F64(v)) => sparse_part(v, indices, sample_offsets, s.dim),
     }
 }
 
