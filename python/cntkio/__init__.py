@@ -703,8 +703,9 @@ def stats(
     **options: Any,
 ) -> Dict[str, Any]:
     """Per stream and dimension, the mean, standard deviation (of the population), minimum and maximum of the
-    values as a model sees them — sparse streams dense, 0 where a sample has no entry — and for sparse streams
-    the entries each index has (for one-hot labels, the samples of each class): the report of ``cntkio stats
+    values as a model sees them — sparse streams as :meth:`StreamData.todense` gives them: 0 where a sample has
+    no entry, the sum of its entries where it repeats an index — and for sparse streams the samples with an
+    entry at each index (for one-hot labels, the samples of each class): the report of ``cntkio stats
     --json`` with NumPy arrays, ``{"sequences": N, "streams": {NAME: {"format", "dim", "samples", "nan",
     "infinite", "mean", "std", "min", "max", and for sparse streams "entries", "entries_per_index"}}}`` (NaN
     for a dimension of a stream without samples).

@@ -21,17 +21,13 @@ def expected(path, **options):
     out = {}
     for name in ("a", "b"):
         s = data[name]
+        # The loaders' dense form: an index repeated in a sample holds the sum of its entries there.
+        dense = s.todense().astype(np.float64)
         if s.is_sparse:
-            # An index repeated in a sample: its last entry is the value (as CNTK densifies).
-            values, indices, indptr = s.raw()
-            dense = np.zeros((s.num_samples, s.dim))
-            for row in range(s.num_samples):
-                for k in range(indptr[row], indptr[row + 1]):
-                    dense[row, indices[k]] = values[k]
+            _, indices, indptr = s.raw()
             present = np.zeros((s.num_samples, s.dim), dtype=bool)
             present[np.repeat(np.arange(s.num_samples), np.diff(indptr)), indices] = True
-        else:
-            dense = s.values.astype(np.float64)
+            assert present.sum() < len(indices), "the data repeats indices in some samples"
         out[name] = dict(samples=dense.shape[0], mean=dense.mean(0), std=dense.std(0), min=dense.min(0),
                          max=dense.max(0))
         if s.is_sparse:

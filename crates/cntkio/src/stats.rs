@@ -1,8 +1,8 @@
 //! Statistics of every stream's values (`cntkio stats`, Python `cntkio.stats`): per dimension the mean,
 //! standard deviation, minimum and maximum of the values as a model sees them — sparse streams dense, an
-//! index a sample leaves out holding 0 and an index it repeats its last entry (as CNTK densifies) — and for
-//! sparse streams the samples with an entry at each index: the numbers a training run normalizes its
-//! inputs and weighs its classes with.
+//! index a sample leaves out holding 0 and an index it repeats the sum of its entries (as the loaders'
+//! dense form holds) — and for sparse streams the samples with an entry at each index: the numbers a
+//! training run normalizes its inputs and weighs its classes with.
 //!
 //! Each chunk is summarized on its own (two passes over its values: the mean, then the squared deviations
 //! from it), and the summaries are merged in chunk order with Chan et al.'s pairwise formulas, so the
@@ -134,14 +134,15 @@ fn dense_part<T: Copy + Into<f64>>(values: &[T], dim: usize, samples: u64) -> St
 /// A thread's per-index scratch for summarizing sparse chunks (sized to the widest stream seen; every
 /// entry is back to its initial value between two uses).
 struct Scratch {
-    /// The sample (of the chunk) whose entry an index holds, `u64::MAX` for none.
+    /// The sample (of the chunk) whose entry an index holds, `u64::MAX` for none, and where in `kept`.
     owner: Vec<u64>,
+    at: Vec<usize>,
     count: Vec<u64>,
     sum: Vec<f64>,
     m2: Vec<f64>,
     min: Vec<f64>,
     max: Vec<f64>,
-    /// Each sample's entries kept: an index it repeats holds its last.
+    /// Each sample's value at each index it has (an index it repeats: the sum of its entries there).
     kept: Vec<(u32, f64)>,
     touched: Vec<usize>,
 }
@@ -150,6 +151,7 @@ impl Scratch {
     const fn new() -> Scratch {
         Scratch {
             owner: Vec::new(),
+            at: Vec::new(),
             count: Vec::new(),
             sum: Vec::new(),
             m2: Vec::new(),
@@ -163,6 +165,7 @@ impl Scratch {
     fn fit(&mut self, dim: usize) {
         if self.owner.len() < dim {
             self.owner.resize(dim, u64::MAX);
+            self.at.resize(dim, 0);
             self.count.resize(dim, 0);
             self.sum.resize(dim, 0.0);
             self.m2.resize(dim, 0.0);
@@ -176,27 +179,40 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = const { std::cell::RefCell::new(Scratch::new()) };
 }
 
-fn sparse_part<T: Copy + Into<f64>>(values: &[T], indices: &[i32], sample_offsets: &[u64], dim: usize) -> ChunkPart {
+fn sparse_part<T>(values: &[T], indices: &[i32], sample_offsets: &[u64], dim: usize) -> ChunkPart
+where
+    T: Copy + Into<f64> + std::ops::Add<Output = T>,
+{
     SCRATCH.with_borrow_mut(|sc| {
         sc.fit(dim);
-        // A sample's value at an index: its last entry there, as CNTK densifies a sample that repeats one
-        // (its entries are walked from the last, and an index already set by the sample is skipped).
+        // A sample's value at an index: the sum of its entries there, in the stream's type, as the dense
+        // form of the loaders (`StreamData.todense`) adds them and as CNTK's sparse products see them.
+        let mut sample: Vec<(u32, T)> = Vec::new();
         sc.kept.clear();
         for (k, w) in sample_offsets.windows(2).enumerate() {
             let range = w[0] as usize..w[1] as usize;
             let (Some(ix), Some(vs)) = (indices.get(range.clone()), values.get(range)) else {
                 continue;
             };
-            for (&i, &v) in ix.iter().zip(vs).rev() {
+            sample.clear();
+            for (&i, &v) in ix.iter().zip(vs) {
                 let i = i.max(0) as usize;
-                if i < dim && sc.owner[i] != k as u64 {
+                if i >= dim {
+                    continue;
+                }
+                if sc.owner[i] == k as u64 {
+                    let e = &mut sample[sc.at[i]];
+                    e.1 = e.1 + v;
+                } else {
                     sc.owner[i] = k as u64;
-                    sc.kept.push((i as u32, v.into()));
+                    sc.at[i] = sample.len();
+                    sample.push((i as u32, v));
                 }
             }
+            sc.kept.extend(sample.iter().map(|&(i, v)| (i, v.into())));
         }
-        // Two passes over the kept entries in file order (per sample, reversed: the sums' order is fixed by
-        // the chunk alone): sums, then squared deviations from each index's mean.
+        // Two passes over the kept values in file order: sums, then squared deviations from each index's
+        // mean.
         let (mut nan, mut infinite) = (0, 0);
         for &(i, x) in &sc.kept {
             let i = i as usize;
@@ -394,7 +410,7 @@ pub struct StreamStats {
     #[serde(serialize_with = "figures")]
     pub max: Vec<f64>,
     /// Sparse: per index, the samples with an entry there (for one-hot labels, the samples of each class; a
-    /// sample that repeats an index counts once, its last entry there being its value, as CNTK densifies).
+    /// sample that repeats an index counts once, the sum of its entries there being its value).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entries_per_index: Option<Vec<u64>>,
 }
@@ -522,8 +538,8 @@ mod tests {
 
     #[test]
     fn sparse_streams_count_as_their_dense_form_with_entries_per_index() {
-        // Index 1 twice in the first sample: its last entry is the sample's value (as CNTK densifies).
-        let a: &[(i32, f32)] = &[(1, 7.0), (3, -1.0), (1, 2.0)];
+        // Index 1 twice in the first sample: the sum of its entries is the sample's value (as the dense form).
+        let a: &[(i32, f32)] = &[(1, 0.5), (3, -1.0), (1, 1.5)];
         let b: &[(i32, f32)] = &[(1, 4.0)];
         let c: &[(i32, f32)] = &[];
         let mut acc = StatsAccumulator::new(&[("y".into(), 4, true)]);
