@@ -716,6 +716,9 @@ def stats(
     Ctrl-C stops it."""
     from cntkio.torch import _open_paths
 
+    unknown = sorted(k for k in options if k not in _ALIASES)
+    if unknown:
+        raise UsageError(f"stats: unknown argument {unknown[0]!r}{_did_you_mean(unknown[0], set(_ALIASES) | {'threads'})}")
     items = [input] if isinstance(input, (str, _os.PathLike, _Deserializer)) else list(input)
     ds: List[_Deserializer] = []
     for item in items:
@@ -724,9 +727,6 @@ def stats(
                 raise UsageError("streams and options apply to paths; set them on the deserializers")
             ds.append(item)
         else:
-            unknown = sorted(k for k in options if k not in _ALIASES)
-            if unknown:
-                raise UsageError(f"stats: unknown argument {unknown[0]!r}{_did_you_mean(unknown[0], set(_ALIASES) | {'threads'})}")
             ds.extend(_open_paths(item, streams, options))
     report = _json.loads(_native.stats_json([d.open() for d in ds], threads))
     out: Dict[str, Any] = {"sequences": report["sequences"], "streams": {}}

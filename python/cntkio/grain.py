@@ -88,9 +88,7 @@ def _classes() -> Dict[str, Any]:
 
         def set_state(self, state: Dict[str, Any]) -> None:
             """Continues after the batches a state (of :meth:`get_state`) counts, in its epoch."""
-            if self._batches is not None:
-                getattr(self._batches, "close", lambda: None)()
-                self._batches = None
+            self.close()
             self._loader.load_state_dict(state)
             self._read_any = True
 

@@ -134,8 +134,9 @@ fn dense_part<T: Copy + Into<f64>>(values: &[T], dim: usize, samples: u64) -> St
 /// A thread's per-index scratch for summarizing sparse chunks (sized to the widest stream seen; every
 /// entry is back to its initial value between two uses).
 struct Scratch {
-    /// The sample (of the chunk) whose entry an index holds, `u64::MAX` for none, and where in `kept`.
+    /// The sample (of the chunk) whose value an index holds, `u64::MAX` for none.
     owner: Vec<u64>,
+    /// Where in that sample's list of values (by index) the index's value is.
     at: Vec<usize>,
     count: Vec<u64>,
     sum: Vec<f64>,
