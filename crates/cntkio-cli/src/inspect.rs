@@ -9,7 +9,8 @@ use cntkio::inspect::ValueRange;
 use cntkio::inspect::{
     inspect_arrow, inspect_cbf, inspect_ctf, ArrowReport, CbfLengths, CbfReport, CbfStream, CtfReport,
 };
-use cntkio::{Access, Error, InputFile};
+use cntkio::validate::stream_arg;
+use cntkio::{Access, Error, InputFile, StreamSpec};
 use std::path::Path;
 
 /// Runs `inspect`.
@@ -108,7 +109,8 @@ fn ctf_text(path: &Path, r: &CtfReport) -> Result<(), Error> {
                 )?
             }
         }
-        flags.push(format!("--stream {}:{}:{}", s.alias, s.min_dim, s.storage.name()));
+        let dim = usize::try_from(s.min_dim).unwrap_or(usize::MAX);
+        flags.push(stream_arg(&StreamSpec::new(&s.alias, dim, s.storage)));
     }
     out!("  a schema that fits (dims are lower bounds; use your model's): {}", flags.join(" "))?;
     Ok(())

@@ -18,7 +18,8 @@ fn no_input() -> Error {
 
 /// Parses one `--stream` value.
 pub fn parse_stream(s: &str, element_type: ElementType) -> Result<StreamSpec, Error> {
-    let parts: Vec<&str> = s.split(':').collect();
+    // The alias is the rest of the value: a CTF name may hold ':'.
+    let parts: Vec<&str> = s.splitn(4, ':').collect();
     if !(3..=4).contains(&parts.len()) {
         return Err(Error::option_value(
             "--stream",

@@ -6,7 +6,7 @@ use crate::render::render;
 use crate::signals::{self, Task};
 use crate::{EXIT_INVALID, EXIT_OK};
 use cntkio::validate::{
-    stream_flag, validate_arrow, validate_cbf, validate_ctf, Finding, Summary, SummaryOptions, ValidateOptions,
+    stream_arg, validate_arrow, validate_cbf, validate_ctf, Finding, Summary, SummaryOptions, ValidateOptions,
     SHAPE_VERSION,
 };
 use cntkio::{Error, InputFile, InputSpec, StoredInput};
@@ -98,7 +98,7 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
         };
         let (path, schema, opts) = (&input.path, &input.schema, &input.options);
         if inferred && !quiet && !a.json {
-            let flags: Vec<String> = schema.streams().iter().map(|s| format!("--stream {}", stream_flag(s))).collect();
+            let flags: Vec<String> = schema.streams().iter().map(stream_arg).collect();
             eprintln!(
                 "{}: no schema given; checking with the one its rows suggest: {}",
                 path.display(),

@@ -83,10 +83,9 @@ pub fn explain_missing_schema(path: &Path, e: Error) -> Error {
     }
 }
 
-/// `schema` as the command line's flags: `--stream NAME:DIM:dense|sparse` for each stream (its alias its name).
+/// `schema` as the command line's flags, `--stream NAME:DIM:dense|sparse[:ALIAS]` for each stream.
 fn stream_flags(schema: &Schema) -> String {
-    let flags: Vec<String> =
-        schema.streams().iter().map(|s| format!("--stream {}:{}:{}", s.name, s.dim, s.format.name())).collect();
+    let flags: Vec<String> = schema.streams().iter().map(crate::validate::stream_arg).collect();
     flags.join(" ")
 }
 

@@ -26,7 +26,7 @@
 
 mod summary;
 
-pub use summary::{stream_flag, Problem, Summary, SummaryOptions, SHAPE_VERSION};
+pub use summary::{shell_word, stream_arg, stream_flag, Problem, Summary, SummaryOptions, SHAPE_VERSION};
 
 use crate::cbf::{CbfFile, CbfOptions};
 use crate::convert::Format;

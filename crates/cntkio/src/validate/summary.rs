@@ -131,10 +131,29 @@ impl Problem {
     }
 }
 
-/// A stream as `--stream` takes it: `NAME:DIM:dense|sparse[:ALIAS]` (the alias only where it differs).
+/// A stream as `--stream` takes it: `NAME:DIM:dense|sparse[:ALIAS]` (the alias only where it differs). A
+/// CTF name may hold any printable byte but `|`; one with a `:` becomes the alias (which `--stream` reads
+/// to the end of the value), after a NAME with `_` in place of each `:`.
 pub fn stream_flag(s: &StreamSpec) -> String {
-    let alias = if s.alias == s.name { String::new() } else { format!(":{}", s.alias) };
-    format!("{}:{}:{}{alias}", s.name, s.dim, s.format.name())
+    let name = s.name.replace(':', "_");
+    let alias = if s.alias == name { String::new() } else { format!(":{}", s.alias) };
+    format!("{name}:{}:{}{alias}", s.dim, s.format.name())
+}
+
+/// `--stream VALUE` for `s` (see [`stream_flag`]), quoted for a POSIX shell where the value needs it, so
+/// that a suggested command line can be pasted as it is.
+pub fn stream_arg(s: &StreamSpec) -> String {
+    format!("--stream {}", shell_word(&stream_flag(s)))
+}
+
+/// `w` as one word of a POSIX shell command line: as it is when it holds only characters no shell
+/// treats specially, else in single quotes.
+pub fn shell_word(w: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=+@%".contains(c);
+    if !w.is_empty() && w.chars().all(plain) {
+        return w.to_string();
+    }
+    format!("'{}'", w.replace('\'', r"'\''"))
 }
 
 /// What [`Report::summary`] needs beyond the report.
