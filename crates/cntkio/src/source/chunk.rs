@@ -2,10 +2,11 @@
 //! undecoded records (in a reused buffer or in the file's map), from which minibatches copy each
 //! sequence's values once.
 
+use super::loader::Spares;
 use crate::cbf::CbfFile;
 use crate::{ChunkData, ElementType, Error, Layout, StorageFormat, StreamData, Values};
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// A loaded chunk, as a [`MinibatchSource`](super::MinibatchSource) holds it between loading and
 /// assembling minibatches: sequence `i` is sequence `i` of the chunk's sequence list, with one stream per
@@ -20,6 +21,21 @@ pub struct SourceChunk {
     max_len: u64,
     /// Some stream of some sequence has no sample (checked per sequence only in such chunks).
     has_empty: bool,
+    /// Where the chunk's buffer goes when it is dropped (a loader's spares).
+    recycle: Option<Weak<Spares>>,
+}
+
+impl Drop for SourceChunk {
+    fn drop(&mut self) {
+        let Some(spares) = self.recycle.take().and_then(|w| w.upgrade()) else { return };
+        if let Repr::Cbf(c) = &mut self.repr {
+            if matches!(c.bytes, Bytes::Owned(_) | Bytes::Anon(..)) {
+                let bytes = std::mem::replace(&mut c.bytes, Bytes::Owned(Vec::new()));
+                let repr = Repr::Cbf(CbfChunk { bytes, streams: Vec::new() });
+                spares.offer(SourceChunk { repr, max_len: 0, has_empty: false, recycle: None });
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -124,7 +140,7 @@ impl SourceChunk {
             // Sequence `i` then starts at sample `i * n` (offsets start at 0).
             same_len.push(same.filter(|_| s.sequence_offsets.first() == Some(&0)));
         }
-        SourceChunk { repr: Repr::Data(data, same_len), max_len, has_empty }
+        SourceChunk { repr: Repr::Data(data, same_len), max_len, has_empty, recycle: None }
     }
 
     /// Number of sequences.
@@ -211,10 +227,30 @@ impl SourceChunk {
         }
     }
 
-    fn into_buffer(self) -> Option<Bytes> {
-        match self.repr {
-            Repr::Cbf(CbfChunk { bytes: b @ (Bytes::Owned(_) | Bytes::Anon(..)), .. }) => Some(b),
+    fn into_buffer(mut self) -> Option<Bytes> {
+        self.recycle = None;
+        match &mut self.repr {
+            Repr::Cbf(CbfChunk { bytes: b @ (Bytes::Owned(_) | Bytes::Anon(..)), .. }) => {
+                Some(std::mem::replace(b, Bytes::Owned(Vec::new())))
+            }
             _ => None,
+        }
+    }
+
+    /// The address of the buffer a load could reuse, if the chunk has one.
+    #[cfg(test)]
+    pub(crate) fn buffer_addr(&self) -> Option<usize> {
+        match &self.repr {
+            Repr::Cbf(CbfChunk { bytes: Bytes::Owned(v), .. }) => Some(v.as_ptr() as usize),
+            Repr::Cbf(CbfChunk { bytes: Bytes::Anon(m, _), .. }) => Some(m.as_ptr() as usize),
+            _ => None,
+        }
+    }
+
+    /// Gives the chunk's buffer (if it has one a load can reuse) to `spares` when the chunk is dropped.
+    pub(crate) fn recycle_into(&mut self, spares: &Arc<Spares>) {
+        if self.buffer_len() > 0 {
+            self.recycle = Some(Arc::downgrade(spares));
         }
     }
 
@@ -251,7 +287,7 @@ impl SourceChunk {
         let Some((bytes, (streams, max_len, has_empty))) = walked else {
             return Ok(SourceChunk::from_data(Arc::new(file.read_chunk(k)?)));
         };
-        Ok(SourceChunk { repr: Repr::Cbf(CbfChunk { bytes, streams }), max_len, has_empty })
+        Ok(SourceChunk { repr: Repr::Cbf(CbfChunk { bytes, streams }), max_len, has_empty, recycle: None })
     }
 }
 

@@ -36,11 +36,6 @@ enum Slot {
 struct State {
     slots: HashMap<u32, Slot>,
     queue: VecDeque<u32>,
-    /// Evicted chunks whose buffers a load may reuse.
-    spare: Vec<SourceChunk>,
-    /// At most this many spare chunks are kept, and beyond the first, at most `spare_bytes` of buffers.
-    spare_cap: usize,
-    spare_bytes: u64,
     shutdown: bool,
     /// Bytes of the `Ready` chunks.
     live: u64,
@@ -53,10 +48,8 @@ impl State {
         self.live += chunk.heap_bytes() as u64;
         self.slots.insert(c, Slot::Ready(chunk));
         if let Some(keep) = &self.keep {
-            let dropped = keep.lock().grown(self.live);
-            for chunk in dropped {
-                self.spare_chunk(chunk);
-            }
+            // Dropped here, they give their buffers to the spares (if nothing else holds them).
+            drop(keep.lock().grown(self.live));
         }
     }
 
@@ -86,19 +79,41 @@ impl State {
         self.live = self.live.saturating_sub(chunk.heap_bytes() as u64);
         match &self.keep {
             Some(keep) => keep.lock().put(c, chunk),
-            None => self.spare_chunk(chunk),
+            // Its buffer goes to the spares when the last holder (perhaps a minibatch being assembled)
+            // lets go of it.
+            None => drop(chunk),
+        }
+    }
+}
+
+/// Buffers of chunks no longer needed, for later loads to read into: memory already faulted in, where a
+/// fresh buffer would take a page fault (and a zeroed page) every 4 KiB. A chunk of a loader gives its
+/// buffer here when it is dropped, by whoever held it last: often a minibatch assembled after the chunk
+/// left the window.
+pub(crate) struct Spares {
+    chunks: Mutex<Vec<SourceChunk>>,
+    /// At most this many spare chunks are kept, and beyond the first, at most `bytes` of buffers.
+    cap: usize,
+    bytes: u64,
+}
+
+impl Spares {
+    fn lock(&self) -> MutexGuard<'_, Vec<SourceChunk>> {
+        self.chunks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps `chunk`'s buffer if there is room (else it is freed).
+    pub(crate) fn offer(&self, chunk: SourceChunk) {
+        let mut spare = self.lock();
+        let held: usize = spare.iter().map(SourceChunk::buffer_len).sum();
+        let fits = spare.is_empty() || (held + chunk.buffer_len()) as u64 <= self.bytes;
+        if spare.len() < self.cap && chunk.buffer_len() > 0 && fits {
+            spare.push(chunk);
         }
     }
 
-    /// Keeps the buffer of `chunk` for a later load, if nothing else holds it and there is room.
-    fn spare_chunk(&mut self, chunk: Arc<SourceChunk>) {
-        if let Ok(c) = Arc::try_unwrap(chunk) {
-            let held: usize = self.spare.iter().map(SourceChunk::buffer_len).sum();
-            let fits = self.spare.is_empty() || (held + c.buffer_len()) as u64 <= self.spare_bytes;
-            if self.spare.len() < self.spare_cap && c.data().is_none() && fits {
-                self.spare.push(c);
-            }
-        }
+    fn take(&self) -> Option<SourceChunk> {
+        self.lock().pop()
     }
 }
 
@@ -220,6 +235,9 @@ impl Kept {
 
 struct Shared {
     state: Mutex<State>,
+    /// Taken with `state` held or alone, never the other way round (a chunk dropped under `state` locks
+    /// it).
+    spares: Arc<Spares>,
     /// Signalled when work is queued (or at shutdown).
     work: Condvar,
     /// Signalled when a load finishes.
@@ -255,11 +273,15 @@ impl std::fmt::Debug for Loader {
     }
 }
 
-/// Loads a chunk, turning a panic of the deserializer into an error (a loader thread must always report
-/// back).
-fn load(source: &dyn Deserializer, chunk: u32, spare: Option<SourceChunk>) -> Result<SourceChunk, Error> {
+/// Loads a chunk into a spare buffer if there is one, turning a panic of the deserializer into an error
+/// (a loader thread must always report back). The chunk gives its buffer to `spares` when dropped.
+fn load(source: &dyn Deserializer, chunk: u32, spares: &Arc<Spares>) -> Result<SourceChunk, Error> {
+    let spare = spares.take();
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| source.load_source_chunk(chunk, spare))) {
-        Ok(r) => r,
+        Ok(r) => r.map(|mut c| {
+            c.recycle_into(spares);
+            c
+        }),
         Err(p) => {
             let msg = match crate::panic_message(p.as_ref()) {
                 m if m.is_empty() => "unknown panic".to_string(),
@@ -277,10 +299,11 @@ impl Loader {
         Loader {
             source,
             shared: Arc::new(Shared {
-                state: Mutex::new(State {
-                    spare_cap: threads.max(1),
-                    spare_bytes: super::PREFETCH_BYTES_PER_THREAD.saturating_mul(threads.max(1) as u64),
-                    ..State::default()
+                state: Mutex::new(State::default()),
+                spares: Arc::new(Spares {
+                    chunks: Mutex::new(Vec::new()),
+                    cap: threads.max(1),
+                    bytes: super::PREFETCH_BYTES_PER_THREAD.saturating_mul(threads.max(1) as u64),
                 }),
                 work: Condvar::new(),
                 done: Condvar::new(),
@@ -427,9 +450,8 @@ impl Loader {
                         return Ok(a);
                     }
                     st.slots.insert(c, Slot::Loading { wanted: true });
-                    let spare = st.spare.pop();
                     drop(st);
-                    let r = load(&*self.source, c, spare);
+                    let r = load(&*self.source, c, &self.shared.spares);
                     st = self.shared.lock();
                     return match r {
                         Ok(chunk) => {
@@ -460,9 +482,8 @@ fn worker(shared: &Shared, source: &dyn Deserializer) {
             continue;
         };
         st.slots.insert(c, Slot::Loading { wanted: true });
-        let spare = st.spare.pop();
         drop(st);
-        let r = load(source, c, spare);
+        let r = load(source, c, &shared.spares);
         st = shared.lock();
         match st.slots.get(&c) {
             Some(Slot::Loading { wanted: true }) => match r {
@@ -472,13 +493,9 @@ fn worker(shared: &Shared, source: &dyn Deserializer) {
                 }
             },
             _ => {
-                // Evicted while loading.
+                // Evicted while loading (dropped, a chunk gives its buffer to the spares).
                 st.slots.remove(&c);
-                if let Ok(chunk) = r {
-                    if chunk.data().is_none() && st.spare.len() < st.spare_cap {
-                        st.spare.push(chunk);
-                    }
-                }
+                drop(r);
             }
         }
         shared.done.notify_all();
@@ -521,6 +538,42 @@ mod tests {
             v.reserve_exact(values);
         }
         Arc::new(SourceChunk::from_data(Arc::new(d)))
+    }
+
+    /// A chunk evicted while something else (a minibatch being assembled) still holds it gives its buffer
+    /// to the spares when that lets go, and the next load reads into it instead of fresh memory.
+    #[test]
+    fn an_evicted_chunk_gives_its_buffer_to_the_next_load_when_its_last_holder_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.cbf");
+        let schema = Schema::new(vec![StreamSpec::new("a", 64, StorageFormat::Dense)]).unwrap();
+        let mut data = ChunkData::new(&schema);
+        for i in 0..400u64 {
+            data.keys.push(i);
+            data.num_samples.push(1);
+            let a = &mut data.streams[0];
+            (0..64).for_each(|_| a.values.push_f64(1.5));
+            a.sequence_offsets.push(i + 1);
+        }
+        let mut w = crate::cbf::CbfWriter::create(&path, &schema, 16 << 10).unwrap();
+        w.write(&data).unwrap();
+        w.finish().unwrap();
+        let source: Arc<dyn Deserializer> = Arc::new(super::super::CbfSource::open(&path).unwrap());
+        assert!(source.chunks().len() >= 3);
+        let mut loader = Loader::new(source, 0);
+        let mut out = Vec::new();
+        loader.plan(&[0], &[]);
+        loader.get(&[0], &mut out).unwrap();
+        let held = out.pop().unwrap();
+        let addr = held.buffer_addr().expect("a chunk read into a buffer");
+        // Evicted while held: nothing to reuse yet.
+        loader.plan(&[1], &[]);
+        assert!(loader.shared.spares.lock().is_empty());
+        drop(held);
+        assert_eq!(loader.shared.spares.lock().len(), 1);
+        loader.get(&[1], &mut out).unwrap();
+        assert_eq!(out[0].buffer_addr(), Some(addr), "chunk 1 read into chunk 0's buffer");
+        assert!(loader.shared.spares.lock().is_empty());
     }
 
     /// The keep and a source never hold more than the peak together; the oldest kept go first; taking
