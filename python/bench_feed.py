@@ -28,8 +28,9 @@ Rows (each the best of ``--repeat`` epochs, the paths taking turns so that the m
 * with CUDA, a training step of a 100→1024→1024→10 MLP (dims from the file) fed by
   ``cntkio.torch.Loader(device="cuda")``, against the same steps on batches already on the GPU.
 
-CTF files need ``--stream NAME:DIM:dense|sparse`` for each stream. Prints a Markdown table (``--json`` for
-JSON lines).
+CBF files are memory-mapped, as the Python API maps them by default (``--read``: positional reads,
+``mmap=False``). CTF files need ``--stream NAME:DIM:dense|sparse`` for each stream. Prints a Markdown table
+(``--json`` for JSON lines).
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def main() -> None:
                     help="DataLoader workers of a worker row (repeat for several rows; default 2)")
     ap.add_argument("--skip", action="append", default=[], help="leave out rows whose name contains this")
     ap.add_argument("--train-batches", type=int, default=300, help="training steps per timed run (CUDA rows)")
+    ap.add_argument("--read", action="store_true",
+                    help="read CBF files with positional reads (mmap=False; native without --mmap) instead of mapping them")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -100,13 +103,18 @@ def main() -> None:
     opts: Dict[str, Any] = dict(paths=args.path, streams=streams, batch_size=args.batch_size, shuffle=True,
                                 seed=args.seed)
     cli_streams = [a for s in args.stream for a in ("--stream", s)]
+    # Python maps CBF files by default (the command line reads them unless --mmap): both the same way.
+    mapped = cntkio.detect_format(args.path) == "cbf" and not args.read
+    if args.read:
+        opts["mmap"] = False
+    cli_access = ["--mmap"] if mapped else []
     rows: Dict[str, List[float]] = {}
     notes: Dict[str, str] = {}
 
     def native_run(*more: str) -> Dict[str, Any]:
         out = subprocess.run(
             [sys.executable, "-m", "cntkio", "batches", args.path, *cli_streams, "--mb-size", str(args.batch_size),
-             "--randomize", "--seed", str(args.seed), "--bench", "-j", str(threads), *more],
+             "--randomize", "--seed", str(args.seed), "--bench", "-j", str(threads), *cli_access, *more],
             check=True, capture_output=True, text=True,
         ).stdout
         return dict(json.loads(out))
@@ -198,7 +206,8 @@ def main() -> None:
         for name, v in rows.items():
             print(json.dumps({"path": name, "samples_per_second": max(v), "runs": v, "machine": machine}))
         return
-    print(f"{args.path}: batches of {args.batch_size}, shuffled, {threads} native threads; {machine}; "
+    access = "memory-mapped" if mapped else "read"
+    print(f"{args.path} ({access}): batches of {args.batch_size}, shuffled, {threads} native threads; {machine}; "
           f"best of {args.repeat}")
     print()
     print("| path | M samples/s | vs native | vs MLP on GPU data |")

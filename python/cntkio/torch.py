@@ -794,6 +794,9 @@ def _dataset_class() -> Any:
         def __iter__(self) -> Iterator[Dict[str, Any]]:
             in_worker = _worker()[1] > 1 or sys.modules["torch.utils.data"].get_worker_info() is not None
             if in_worker:
+                # DataLoader put a SIGBUS handler of its own in place of the one that turns a mapped CBF file
+                # shrinking into an IoError (and hands it every other SIGBUS).
+                _native.rearm_map_guard()
                 if int(self._shared_epoch[1]) != self._states_loaded:
                     raise UsageError(
                         "load_state_dict was called after this DataLoader's persistent workers started: they "

@@ -14,6 +14,13 @@ mod spec;
 
 use pyo3::prelude::*;
 
+/// Makes cntkio's guard of memory-mapped CBF files the `SIGBUS` handler again, after PyTorch's DataLoader
+/// worker installed its own (see `cntkio::rearm_map_guard`).
+#[pyfunction]
+fn rearm_map_guard() {
+    cntkio::rearm_map_guard();
+}
+
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -41,5 +48,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::convert, m)?)?;
     m.add_function(wrap_pyfunction!(ops::validate_json, m)?)?;
     m.add_function(wrap_pyfunction!(ops::recompress, m)?)?;
+    m.add_function(wrap_pyfunction!(rearm_map_guard, m)?)?;
     Ok(())
 }

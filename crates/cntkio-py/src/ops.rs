@@ -162,7 +162,7 @@ pub fn convert<'py>(
                 c.input.display()
             )))
         }
-        (Format::Cbf, Some(Spec::Cbf { input, mmap })) => c.cbf = input.options.mmap(mmap),
+        (Format::Cbf, Some(Spec::Cbf { input, mmap })) => c.cbf = input.options.mmap(mmap.unwrap_or(true)),
         _ => {}
     }
     let summary = interruptible(py, || c.run(&mut |_| {}), py_err)?;
@@ -211,10 +211,12 @@ pub fn validate_json<'py>(
             }
             // Without streams: a CTF file is checked with the schema its rows suggest.
             (Format::Ctf, _) => (InputSpec::inferred(&path, &CtfOptions::default())?, Access::Read, true),
-            (Format::Cbf, Some(Spec::Cbf { input, mmap })) => (InputSpec::Cbf(input), mapped(mmap), false),
-            (Format::Cbf, _) => (InputSpec::Cbf(stored()), Access::Read, false),
+            (Format::Cbf, Some(Spec::Cbf { input, mmap })) => {
+                (InputSpec::Cbf(input), mapped(mmap.unwrap_or(true)), false)
+            }
+            (Format::Cbf, _) => (InputSpec::Cbf(stored()), Access::Mmap, false),
             (Format::Parquet | Format::ArrowIpc, Some(Spec::Cbf { input, mmap })) => {
-                (InputSpec::Arrow(input), mapped(mmap), false)
+                (InputSpec::Arrow(input), mapped(mmap.unwrap_or(false)), false)
             }
             (Format::Parquet | Format::ArrowIpc, _) => (InputSpec::Arrow(stored()), Access::Read, false),
         };

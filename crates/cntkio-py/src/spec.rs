@@ -43,8 +43,9 @@ pub enum Spec {
     Cbf {
         /// The file, its renames and precision.
         input: StoredInput,
-        /// Read through a memory map.
-        mmap: bool,
+        /// Read through a memory map: as asked, else a CBF file is (its map guarded, see
+        /// `InputFile::guard_map`) and Parquet or Arrow is not.
+        mmap: Option<bool>,
     },
 }
 
@@ -54,7 +55,11 @@ impl Spec {
     pub fn into_input(self) -> Result<(InputSpec, bool), cntkio::Error> {
         match self {
             Spec::Ctf { input, access } => Ok((InputSpec::Ctf(input), access == Access::Mmap)),
-            Spec::Cbf { input, mmap } => Ok((InputSpec::stored(input)?, mmap)),
+            Spec::Cbf { input, mmap } => {
+                let input = InputSpec::stored(input)?;
+                let mapped = mmap.unwrap_or(matches!(input, InputSpec::Cbf(_)));
+                Ok((input, mapped))
+            }
         }
     }
 }
@@ -118,7 +123,8 @@ pub fn from_dict(d: &Bound<'_, PyDict>) -> PyResult<Spec> {
     let ty: String = get(d, "type", "a string")?.ok_or_else(|| usage("the deserializer has no \"type\""))?;
     let path: PathBuf =
         get(d, "file", "a path")?.ok_or_else(|| usage("the deserializer has no \"file\" (the data file)"))?;
-    let access = if get::<bool>(d, "mmap", "True or False")?.unwrap_or(false) { Access::Mmap } else { Access::Read };
+    let mmap = get::<bool>(d, "mmap", "True or False")?;
+    let access = if mmap.unwrap_or(false) { Access::Mmap } else { Access::Read };
     let input: Option<Bound<'_, PyDict>> = get(d, "input", "a dict of streams")?;
     match ty.as_str() {
         CTF_TYPE => {
@@ -174,7 +180,7 @@ pub fn from_dict(d: &Bound<'_, PyDict>) -> PyResult<Spec> {
                 }
             }
             let input = StoredInput { path, options, precision: precision(d)? };
-            Ok(Spec::Cbf { input, mmap: access == Access::Mmap })
+            Ok(Spec::Cbf { input, mmap })
         }
         other => Err(usage(format!("unknown deserializer type {other:?}; cntkio reads {CTF_TYPE:?} and {CBF_TYPE:?}"))),
     }

@@ -65,6 +65,8 @@ pub struct InputFile {
     modified: Option<SystemTime>,
     identity: FileIdentity,
     map: Option<memmap2::Mmap>,
+    /// The map's guard, for a file whose readers check it ([`InputFile::guard_map`]).
+    guard: Option<crate::mmap::MapGuard>,
     compressed: Option<Decompressed>,
 }
 
@@ -126,6 +128,7 @@ impl InputFile {
             modified: meta.modified().ok(),
             identity,
             map,
+            guard: None,
             compressed,
         })
     }
@@ -160,6 +163,7 @@ impl InputFile {
             len,
             identity: FileIdentity::default(),
             map: None,
+            guard: None,
             compressed,
         })
     }
@@ -270,6 +274,37 @@ impl InputFile {
         self.map.is_some()
     }
 
+    /// Guards the map against the file shrinking while it is read (see `mmap::guard`): a read of a lost
+    /// page then finds zeros instead of ending the process, and [`InputFile::check_map`] fails from then
+    /// on. This file's own reads check it; a caller that reads [`InputFile::mapped`] bytes itself must
+    /// call `check_map` after it has copied them, before it uses them. Where the map cannot be guarded,
+    /// the file is read instead of mapped.
+    pub(crate) fn guard_map(&mut self) {
+        if let Some(m) = &self.map {
+            self.guard = crate::mmap::MapGuard::new(m.as_ptr(), m.len());
+            if self.guard.is_none() {
+                log::debug!("cannot guard the map of {}; reading it instead", self.path.display());
+                self.map = None;
+            }
+        }
+    }
+
+    /// An error if the file lost bytes while they were read through its guarded map (whatever was read
+    /// from the map since must not be used).
+    pub fn check_map(&self) -> Result<(), Error> {
+        match &self.guard {
+            Some(g) if g.lost() => Err(Error::io(
+                format!("cannot read {}", self.path.display()),
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "it became shorter or unreadable while it was memory-mapped (read it again once it is \
+                     complete, or read it without a map)",
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The whole file, when it is memory-mapped.
     pub fn mapped(&self) -> Option<&[u8]> {
         self.map.as_deref()
@@ -283,7 +318,7 @@ impl InputFile {
             match r {
                 Some(s) => {
                     buf.extend_from_slice(s);
-                    return Ok(());
+                    return self.check_map();
                 }
                 None => return Err(self.short_read(offset, len)),
             }
@@ -339,7 +374,10 @@ impl InputFile {
             }
             let r = usize::try_from(offset).ok().and_then(|a| m.get(a..a.checked_add(len)?));
             return match r {
-                Some(s) => Ok(f(s)),
+                Some(s) => {
+                    let r = f(s);
+                    self.check_map().map(|()| r)
+                }
                 None => Err(self.short_read(offset, len)),
             };
         }
@@ -354,7 +392,7 @@ impl InputFile {
             return match r {
                 Some(s) => {
                     buf.copy_from_slice(s);
-                    Ok(())
+                    self.check_map()
                 }
                 None => Err(self.short_read(offset, buf.len())),
             };
@@ -395,7 +433,7 @@ impl InputFile {
             let a = usize::try_from(offset).unwrap_or(usize::MAX).min(m.len());
             let n = buf.len().min(m.len() - a);
             buf[..n].copy_from_slice(&m[a..a + n]);
-            return Ok(n);
+            return self.check_map().map(|()| n);
         }
         if let Some(c) = &self.compressed {
             return c.read_some(offset, buf);

@@ -28,6 +28,7 @@ pub mod input;
 pub mod inputs;
 mod length_stats;
 mod mmap;
+pub use mmap::rearm_map_guard;
 mod output;
 pub mod remote;
 

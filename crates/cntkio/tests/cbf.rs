@@ -1285,3 +1285,123 @@ fn cbf_to_ctf_stops_at_a_damaged_chunk_and_leaves_nothing() {
         assert_eq!(names.len(), 2, "only the two CBF files: {names:?}");
     }
 }
+
+// ---- a mapped file that shrinks while it is read ----------------------------------------------------
+
+/// A CBF file of `sequences` one-sample sequences of a dense stream of dim 256, in chunks of about 64 KiB.
+fn mapped_test_file(path: &Path, sequences: u64) {
+    let schema = Schema::new(vec![StreamSpec::new("x", 256, StorageFormat::Dense)]).unwrap();
+    let mut data = ChunkData::new(&schema);
+    for i in 0..sequences {
+        data.keys.push(i);
+        data.num_samples.push(1);
+        let x = &mut data.streams[0];
+        (0..256).for_each(|j| x.values.push_f64((i * 256 + j) as f64));
+        x.sequence_offsets.push(i + 1);
+    }
+    let mut w = CbfWriter::create(path, &schema, 64 << 10).unwrap();
+    w.write(&data).unwrap();
+    w.finish().unwrap();
+}
+
+/// Truncated while it is mapped, a CBF file gives an I/O error naming it to every reader of its map
+/// (a chunk's records read, a minibatch assembled, a batch of the threaded feed), where the lost pages
+/// would otherwise raise `SIGBUS` and end the process.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_mapped_file_truncated_meanwhile_gives_an_error_not_a_crash() {
+    use cntkio::source::{CbfSource, Feed, FeedConfig, MinibatchConfig, MinibatchSource, RunLength};
+    use std::sync::Arc;
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("m.cbf");
+    let lost =
+        |e: &cntkio_core::Error| e.to_string().contains("became shorter or unreadable while it was memory-mapped");
+    let shrink = |path: &Path| {
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.set_len(f.metadata().unwrap().len() / 3).unwrap();
+    };
+
+    mapped_test_file(&path, 2000);
+    let f = CbfFile::open_with(&path, &CbfOptions::default().mmap(true)).unwrap();
+    assert!(f.is_mapped());
+    let last = f.chunk_count() - 1;
+    assert!(last >= 4);
+    f.read_chunk(0).unwrap();
+    shrink(&path);
+    let e = f.read_chunk(last).unwrap_err();
+    assert!(lost(&e), "{e}");
+    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    // From then on every read of the map fails, the chunks the file still has included.
+    assert!(lost(&f.read_chunk(0).unwrap_err()));
+    assert!(lost(&f.check_map().unwrap_err()));
+
+    // A minibatch source, and the threaded feed, over the mapped file: every minibatch is complete and
+    // right, up to the error.
+    for threaded in [false, true] {
+        mapped_test_file(&path, 2000);
+        let source = CbfSource::open_with(&path, &CbfOptions::default().mmap(true)).unwrap();
+        let config = MinibatchConfig { run_length: RunLength::Sweeps(1), ..MinibatchConfig::default() };
+        let mut src = MinibatchSource::new(Arc::new(source), config).unwrap();
+        let check = |b: &cntkio::source::Batch| {
+            let Values::F32(v) = &b.data.streams[0].values else { panic!("float values") };
+            for (s, key) in b.data.keys.iter().enumerate() {
+                assert_eq!(v[s * 256 + 7], (key * 256 + 7) as f32, "sequence {key}");
+            }
+        };
+        let e = if threaded {
+            let mut feed = Feed::start(src, FeedConfig { size: 64, threads: 2, ahead: 2, group: 1 }).unwrap();
+            let first = feed.next_batch().unwrap().unwrap();
+            check(&first.batch);
+            shrink(&path);
+            loop {
+                match feed.next_batch() {
+                    Ok(Some(b)) => check(&b.batch),
+                    Ok(None) => panic!("the run ended without an error"),
+                    Err(e) => break e,
+                }
+            }
+        } else {
+            check(&src.next_minibatch(64).unwrap().unwrap());
+            shrink(&path);
+            loop {
+                match src.next_minibatch(64) {
+                    Ok(Some(b)) => check(&b),
+                    Ok(None) => panic!("the run ended without an error"),
+                    Err(e) => break e,
+                }
+            }
+        };
+        assert!(lost(&e), "threaded {threaded}: {e}");
+    }
+}
+
+/// A `SIGBUS` outside every guarded map still ends the process as it did (the guard hands it to the
+/// handler before it, here the default action): a read of an unguarded map of a truncated file, in a
+/// process that guards another map.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_sigbus_outside_the_guarded_maps_ends_the_process_as_before() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = tempfile::tempdir().unwrap();
+    if let Some(dir) = std::env::var_os("CNTKIO_SIGBUS_CHILD") {
+        let dir = Path::new(&dir);
+        let guarded = CbfFile::open_with(dir.join("m.cbf"), &CbfOptions::default().mmap(true)).unwrap();
+        assert!(guarded.is_mapped());
+        let other = std::fs::File::open(dir.join("other.bin")).unwrap();
+        // SAFETY: the test truncates the file below to make this map's reads fault, as the test means to.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::Mmap::map(&other) }.unwrap();
+        std::fs::OpenOptions::new().write(true).open(dir.join("other.bin")).unwrap().set_len(0).unwrap();
+        let sum: u64 = map.iter().map(|&b| b as u64).sum();
+        println!("read {sum} without a signal");
+        std::process::exit(0);
+    }
+    mapped_test_file(&d.path().join("m.cbf"), 100);
+    std::fs::write(d.path().join("other.bin"), vec![1u8; 1 << 20]).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_sigbus_outside_the_guarded_maps_ends_the_process_as_before", "--nocapture"])
+        .env("CNTKIO_SIGBUS_CHILD", d.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{out:?}");
+}

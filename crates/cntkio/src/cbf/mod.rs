@@ -42,9 +42,11 @@ pub struct CbfOptions {
     /// Read chunks through a read-only memory map instead of positional reads (a compressed file is
     /// read, never mapped).
     ///
-    /// By setting this you promise that the file is not modified or truncated while the [`CbfFile`]
-    /// is alive (another process truncating it would crash this one with `SIGBUS`). Files written by
-    /// [`CbfWriter`] are replaced by rename, which is safe.
+    /// The map is guarded (on Linux): if the file becomes shorter while it is mapped, every read of the
+    /// map from then on fails with an I/O error naming the file, instead of the `SIGBUS` that would end
+    /// the process. By setting this you promise that the file is not rewritten in place (same length,
+    /// other bytes) while the [`CbfFile`] is alive: its bytes would change under the reader. Files
+    /// written by [`CbfWriter`] are replaced by rename, which is safe.
     pub mmap: bool,
     /// Caps on what the file may ask for.
     pub limits: Limits,
@@ -131,7 +133,9 @@ impl CbfFile {
         let p = path.display().to_string();
         let with_path = |e: Error| if e.position().path.is_none() { e.with_path(p.clone()) } else { e };
         let access = if options.mmap { Access::Mmap } else { Access::Read };
-        let file = InputFile::open(path, access).map_err(with_path)?;
+        let mut file = InputFile::open(path, access).map_err(with_path)?;
+        // Every read of the map is checked (here, or by the callers of `chunk_bytes` and `mapped_bytes`).
+        file.guard_map();
         if options.cache_index {
             crate::ctf::cache::keep_seek_points(&file).map_err(with_path)?;
         }
@@ -216,8 +220,9 @@ impl CbfFile {
     }
 
     /// The undecoded bytes of chunk `k` (its meta counts and records, exactly its byte range): borrowed
-    /// from the map when the file is mapped (its pages prefaulted), else read into `buf`, which keeps its
-    /// allocation across calls. Errors: no such chunk, a chunk over the size limit, I/O.
+    /// from the map when the file is mapped (its pages prefaulted; check [`CbfFile::check_map`] after
+    /// copying from them), else read into `buf`, which keeps its allocation across calls. Errors: no such
+    /// chunk, a chunk over the size limit, I/O.
     pub fn chunk_bytes<'a>(&'a self, k: usize, buf: &'a mut Vec<u8>) -> Result<&'a [u8], Error> {
         let p = || self.path.display().to_string();
         let dec = ChunkDecoder::new(&self.header, k).map_err(|e| e.with_path(p()))?;
@@ -318,16 +323,29 @@ impl CbfFile {
             Some(m) => {
                 let src = m.get(r.start as usize..r.end as usize).ok_or_else(|| outside_map(k, &r))?;
                 dst.copy_from_slice(src);
-                Ok(())
+                self.check_map()
             }
             None => self.file.read_exact(r.start, dst).map_err(|e| self.at_path(e)),
         }
     }
 
     /// The whole file as mapped bytes, when it is mapped (for readers that locate records themselves,
-    /// e.g. in the ranges [`CbfFile::chunk_bytes`] validated).
+    /// e.g. in the ranges [`CbfFile::chunk_bytes`] validated). Check [`CbfFile::check_map`] after copying
+    /// from them, before using the copy.
     pub fn mapped_bytes(&self) -> Option<&[u8]> {
         self.file.mapped()
+    }
+
+    /// Takes the mapped pages of `range` out of the process's resident set, for a reader done with them
+    /// (the page cache keeps them; nothing happens for a file that is read).
+    pub(crate) fn release(&self, range: std::ops::Range<usize>) {
+        self.file.release(range.start as u64, range.len() as u64);
+    }
+
+    /// An error if the file became shorter (or unreadable) while it was read through its map: bytes read
+    /// from the map ([`CbfFile::chunk_bytes`], [`CbfFile::mapped_bytes`]) since then are zeros, not data.
+    pub fn check_map(&self) -> Result<(), Error> {
+        self.file.check_map()
     }
 
     /// `e` with this file's path, unless it has one.
@@ -351,7 +369,9 @@ impl CbfFile {
                 // kernel's fault-around) cost no more than populating; on later passes the pages are
                 // mapped and populating them again was a measurable loss.
                 let bytes = m.get(r.start as usize..r.end as usize).ok_or_else(|| outside_map(k, &r))?;
-                dec.decode_into(bytes, out)
+                let decoded = dec.decode_into(bytes, out);
+                self.check_map()?;
+                decoded
             }
             None => {
                 self.file.read_into(r.start, (r.end - r.start) as usize, buf).map_err(|e| self.at_path(e))?;

@@ -27,6 +27,11 @@ pub struct SourceChunk {
 
 impl Drop for SourceChunk {
     fn drop(&mut self) {
+        if let Repr::Cbf(CbfChunk { bytes: Bytes::Mapped(f, r), .. }) = &self.repr {
+            // Out of the process's resident set (the page cache keeps them): memory stays bounded by the
+            // chunks held, not the file.
+            f.release(r.clone());
+        }
         let Some(spares) = self.recycle.take().and_then(|w| w.upgrade()) else { return };
         if let Repr::Cbf(c) = &mut self.repr {
             if matches!(c.bytes, Bytes::Owned(_) | Bytes::Anon(..)) {
@@ -262,7 +267,9 @@ impl SourceChunk {
         let walked = if file.is_mapped() {
             let mut unused = Vec::new();
             let bytes = file.chunk_bytes(k, &mut unused)?;
-            walk_cbf(file, k, bytes).map(|w| {
+            let walked = walk_cbf(file, k, bytes);
+            file.check_map()?;
+            walked.map(|w| {
                 let r = file.header().chunk_range(k).expect("chunk_bytes checked the chunk");
                 (Bytes::Mapped(file.clone(), r.start as usize..r.end as usize), w)
             })

@@ -46,6 +46,14 @@ pub trait Deserializer: SequenceSource + Send + Sync {
         let _ = chunk;
         None
     }
+
+    /// An error if a file this source reads through a memory map became shorter (or unreadable) while it
+    /// was mapped: chunks loaded from the map ([`load_source_chunk`](Self::load_source_chunk)) may then hold
+    /// zeros where the file lost bytes, so what was copied from them must not be used. Checked after each
+    /// minibatch is assembled, before it is handed out. Default: never.
+    fn check_maps(&self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 impl Deserializer for CtfReader {
@@ -79,6 +87,9 @@ impl<T: Deserializer + ?Sized> Deserializer for Arc<T> {
     fn chunk_size(&self, chunk: u32) -> Option<u64> {
         (**self).chunk_size(chunk)
     }
+    fn check_maps(&self) -> Result<(), Error> {
+        (**self).check_maps()
+    }
 }
 
 impl<T: Deserializer + ?Sized> Deserializer for Box<T> {
@@ -96,6 +107,9 @@ impl<T: Deserializer + ?Sized> Deserializer for Box<T> {
     }
     fn chunk_size(&self, chunk: u32) -> Option<u64> {
         (**self).chunk_size(chunk)
+    }
+    fn check_maps(&self) -> Result<(), Error> {
+        (**self).check_maps()
     }
 }
 
@@ -207,6 +221,9 @@ impl Deserializer for CbfSource {
     fn chunk_size(&self, chunk: u32) -> Option<u64> {
         self.file.header().chunk_range(chunk as usize).map(|r| r.end - r.start)
     }
+    fn check_maps(&self) -> Result<(), Error> {
+        self.file.check_map()
+    }
 }
 
 /// Several deserializers with the same streams read as one data set: the chunks of the first, then those
@@ -315,6 +332,9 @@ impl Deserializer for MultiSource {
     fn chunk_size(&self, chunk: u32) -> Option<u64> {
         let (p, c) = self.locate(chunk)?;
         self.parts[p].chunk_size(c)
+    }
+    fn check_maps(&self) -> Result<(), Error> {
+        self.parts.iter().try_for_each(|p| p.check_maps())
     }
 }
 
@@ -465,5 +485,8 @@ impl Deserializer for Composite {
     }
     fn load_order_matters(&self) -> bool {
         self.parts.iter().any(|p| p.load_order_matters())
+    }
+    fn check_maps(&self) -> Result<(), Error> {
+        self.parts.iter().try_for_each(|p| p.check_maps())
     }
 }

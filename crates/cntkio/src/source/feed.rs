@@ -328,6 +328,8 @@ pub struct Feed {
     shared: Arc<Shared>,
     handles: Vec<JoinHandle<()>>,
     streams: Vec<StreamSpec>,
+    /// The source's data, whose maps are checked as each batch is handed out.
+    data: Arc<dyn super::Deserializer>,
     /// The process that started the threads (a forked child has none and must not join them).
     pid: u32,
 }
@@ -367,8 +369,13 @@ impl Feed {
             room: Condvar::new(),
             ready: Condvar::new(),
         });
-        let mut feed =
-            Feed { shared: shared.clone(), handles: Vec::new(), streams: streams.clone(), pid: std::process::id() };
+        let mut feed = Feed {
+            shared: shared.clone(),
+            handles: Vec::new(),
+            streams: streams.clone(),
+            data: source.deserializer().clone(),
+            pid: std::process::id(),
+        };
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name)
@@ -401,6 +408,11 @@ impl Feed {
         loop {
             let taken = st.taken;
             if let Some(r) = st.ready.remove(&taken) {
+                // A file that shrank under its map is the cause of whatever the batch holds or failed with.
+                let r = match self.data.check_maps() {
+                    Ok(()) => r,
+                    Err(e) => Err(e),
+                };
                 st.taken += 1;
                 if r.is_err() {
                     st.end = Some(st.taken);

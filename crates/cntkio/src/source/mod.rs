@@ -337,11 +337,14 @@ impl MinibatchSource {
     /// As [`next_minibatch`](Self::next_minibatch), into `batch` (reusing its allocations); returns false
     /// (with `batch` empty) when the run is over.
     pub fn next_minibatch_into(&mut self, size: u64, batch: &mut Batch) -> Result<bool, Error> {
-        if self.config.truncation_length > 0 {
-            self.check_size(size)?;
-            return self.next_bptt(size, batch);
-        }
-        Ok(PlannedBatch(self.plan_next(size)?).assemble_into(&self.out_streams, batch))
+        let r = if self.config.truncation_length > 0 {
+            self.check_size(size).and_then(|()| self.next_bptt(size, batch))
+        } else {
+            self.plan_next(size).map(|p| PlannedBatch(p).assemble_into(&self.out_streams, batch))
+        };
+        // A file that shrank under its map is the cause of whatever the minibatch holds or failed with.
+        self.source.check_maps()?;
+        r
     }
 
     /// The next minibatch of about `size` samples, its sequences chosen and their chunks loaded but not yet
