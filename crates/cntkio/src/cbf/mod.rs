@@ -39,8 +39,8 @@ use std::path::{Path, PathBuf};
 /// How a [`CbfFile`] is opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CbfOptions {
-    /// Read chunks through a read-only memory map instead of positional reads (a compressed file is
-    /// read, never mapped).
+    /// Read chunks through a read-only memory map instead of positional reads (a compressed file, and
+    /// one the system will not map, is read).
     ///
     /// The map is guarded (on Linux): if the file becomes shorter while it is mapped, every read of the
     /// map from then on fails with an I/O error naming the file, instead of the `SIGBUS` that would end
@@ -132,7 +132,8 @@ impl CbfFile {
         let path = path.as_ref();
         let p = path.display().to_string();
         let with_path = |e: Error| if e.position().path.is_none() { e.with_path(p.clone()) } else { e };
-        let access = if options.mmap { Access::Mmap } else { Access::Read };
+        // A file the system will not map (a special file, some network or FUSE file systems) is read.
+        let access = if options.mmap { Access::Auto } else { Access::Read };
         let mut file = InputFile::open(path, access).map_err(with_path)?;
         // Every read of the map is checked (here, or by the callers of `chunk_bytes` and `mapped_bytes`).
         file.guard_map();
