@@ -62,7 +62,8 @@ class Loader(_iterable_base()):  # type: ignore[misc]
             with ``concat=True``).
         paths: instead of ``deserializers``: one or more CTF, CBF, Parquet or Arrow IPC files (format by
             magic number), read one after another; ``streams`` (a :class:`cntkio.StreamDefs`) is required
-            for CTF, and the other keywords (``chunkSizeInBytes``, ``maxErrors``, …) are deserializer options.
+            for CTF, and the other keywords (``chunkSizeInBytes``, ``maxErrors``, …) are deserializer options
+            (``mmap=False`` reads CBF files instead of mapping them; see :class:`cntkio.CBFDeserializer`).
         batch_size: samples per batch of this rank (CNTK's minibatch size, counted with the declared
             lengths; a sequence is never split).
         shuffle, seed: CNTK's randomization; epoch ``e`` is CNTK's sweep ``e`` of a source with

@@ -207,7 +207,8 @@ class MinibatchIterable:
             with ``concat=True``).
         paths: instead of ``deserializers``: one or more CTF, CBF, Parquet or Arrow IPC files (format by
             magic number), read one after another as shards; ``streams`` (a :class:`cntkio.StreamDefs`) is
-            required for CTF, and the other keywords (``chunkSizeInBytes``, ``maxErrors``, …) are deserializer options.
+            required for CTF, and the other keywords (``chunkSizeInBytes``, ``maxErrors``, …) are deserializer
+            options (``mmap=False`` reads CBF files instead of mapping them; see :class:`cntkio.CBFDeserializer`).
         batch_size: samples per batch and worker (CNTK's minibatch size; a sequence is never split).
         shuffle: randomize (CNTK's randomization), with ``seed`` + epoch.
         randomization_window_in_chunks / randomization_window_in_samples: CNTK's window.
