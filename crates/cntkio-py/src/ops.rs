@@ -1,7 +1,7 @@
 //! Conversion, inspection and validation, for Python.
 
 use crate::errors::{at_path, py_err, usage};
-use crate::spec::{from_dict, Spec};
+use crate::spec::{self, from_dict, Spec};
 use cntkio::cbf::{CbfWriterOptions, EmptyStreams};
 use cntkio::convert::{detect_format, Conversion, ConvertSummary, Format, Hooks, Target};
 use cntkio::ctf::ScanOptions;
@@ -162,7 +162,7 @@ pub fn convert<'py>(
                 c.input.display()
             )))
         }
-        (Format::Cbf, Some(Spec::Cbf { input, mmap })) => c.cbf = input.options.mmap(mmap.unwrap_or(true)),
+        (Format::Cbf, Some(Spec::Cbf { input, mmap })) => c.cbf = input.options.mmap(spec::mapped(mmap, true)),
         _ => {}
     }
     let summary = interruptible(py, || c.run(&mut |_| {}), py_err)?;
@@ -203,7 +203,7 @@ pub fn validate_json<'py>(
     };
     let err = |e| py_err(at_path(e, &path));
     let run = || -> Result<_, Error> {
-        let mapped = |mmap: bool| if mmap { Access::Mmap } else { Access::Read };
+        let map_or_read = |mapped: bool| if mapped { Access::Mmap } else { Access::Read };
         let stored = || StoredInput::new(&path);
         let (input, access, schema_inferred) = match (detect_format(&path)?, spec) {
             (Format::Ctf, Some(Spec::Ctf { input, access })) => {
@@ -212,11 +212,11 @@ pub fn validate_json<'py>(
             // Without streams: a CTF file is checked with the schema its rows suggest.
             (Format::Ctf, _) => (InputSpec::inferred(&path, &CtfOptions::default())?, Access::Read, true),
             (Format::Cbf, Some(Spec::Cbf { input, mmap })) => {
-                (InputSpec::Cbf(input), mapped(mmap.unwrap_or(true)), false)
+                (InputSpec::Cbf(input), map_or_read(spec::mapped(mmap, true)), false)
             }
-            (Format::Cbf, _) => (InputSpec::Cbf(stored()), Access::Mmap, false),
+            (Format::Cbf, _) => (InputSpec::Cbf(stored()), map_or_read(spec::mapped(None, true)), false),
             (Format::Parquet | Format::ArrowIpc, Some(Spec::Cbf { input, mmap })) => {
-                (InputSpec::Arrow(input), mapped(mmap.unwrap_or(false)), false)
+                (InputSpec::Arrow(input), map_or_read(spec::mapped(mmap, false)), false)
             }
             (Format::Parquet | Format::ArrowIpc, _) => (InputSpec::Arrow(stored()), Access::Read, false),
         };

@@ -43,10 +43,15 @@ pub enum Spec {
     Cbf {
         /// The file, its renames and precision.
         input: StoredInput,
-        /// Read through a memory map: as asked, else a CBF file is (its map guarded, see
-        /// `InputFile::guard_map`) and Parquet or Arrow is not.
+        /// The `mmap` option, if given (see [`mapped`]).
         mmap: Option<bool>,
     },
+}
+
+/// Whether a CBF deserializer's file is read through a map: as its `mmap` option asks, else a CBF file is
+/// (its map guarded, see `InputFile::guard_map`) and a Parquet or Arrow file is not.
+pub fn mapped(mmap: Option<bool>, cbf: bool) -> bool {
+    mmap.unwrap_or(cbf)
 }
 
 impl Spec {
@@ -57,7 +62,7 @@ impl Spec {
             Spec::Ctf { input, access } => Ok((InputSpec::Ctf(input), access == Access::Mmap)),
             Spec::Cbf { input, mmap } => {
                 let input = InputSpec::stored(input)?;
-                let mapped = mmap.unwrap_or(matches!(input, InputSpec::Cbf(_)));
+                let mapped = mapped(mmap, matches!(input, InputSpec::Cbf(_)));
                 Ok((input, mapped))
             }
         }

@@ -172,8 +172,10 @@ mod guard {
     /// other faults to that one; whether it is the action. Only where the handler that replaced it does not
     /// hand faults back to this one (which would make a fault outside the maps go round for ever). Nothing
     /// happens before the first guarded map.
-    pub(crate) fn rearm() -> bool {
-        INSTALLED.get() == Some(&true) && arm()
+    pub(crate) fn rearm() {
+        if INSTALLED.get() == Some(&true) {
+            arm();
+        }
     }
 
     fn arm() -> bool {
@@ -283,7 +285,8 @@ pub fn rearm_map_guard() {
     guard::rearm();
 }
 
-/// No guard where the handler is Linux's only: maps stay unguarded there (see `map_readonly`'s promise).
+/// No guard off Linux (the handler is Linux's): `InputFile::guard_map` then reads the file instead of
+/// mapping it.
 #[cfg(not(target_os = "linux"))]
 #[derive(Debug)]
 pub(crate) struct MapGuard;

@@ -409,10 +409,7 @@ impl Feed {
             let taken = st.taken;
             if let Some(r) = st.ready.remove(&taken) {
                 // A file that shrank under its map is the cause of whatever the batch holds or failed with.
-                let r = match self.data.check_maps() {
-                    Ok(()) => r,
-                    Err(e) => Err(e),
-                };
+                let r = self.data.check_maps().and(r);
                 st.taken += 1;
                 if r.is_err() {
                     st.end = Some(st.taken);
