@@ -229,11 +229,13 @@ def main() -> None:
 
 def second_epoch(make: Callable[[], Any]) -> Callable[[], float]:
     """The rate of the second epoch of a loader made by ``make()`` (``set_epoch(1)`` after a first epoch, not
-    timed), as a training run that keeps its loader sees every epoch after the first. The loader goes after
-    each call: what it holds would make the other rows' worker processes slower to fork."""
+    timed, itself after ``set_epoch(0)``), as a training run that keeps its loader sees every epoch after the
+    first. The loader goes after each call: what it holds would make the other rows' worker processes slower
+    to fork."""
 
     def run() -> float:
         loader = make()
+        loader.set_epoch(0)
         rate(loader)
         loader.set_epoch(1)
         return rate(loader)

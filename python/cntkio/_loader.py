@@ -5,6 +5,12 @@ The loader runs CNTK's minibatch source (the same sequences, keys, values and or
 order, ``num_threads`` copy their sequences into reused buffers, ``prefetch`` batches ahead of the one the
 loop holds. The GIL is not held while they work, and no DataLoader worker processes are needed.
 
+**Epochs.** Keep one loader for the run and call ``set_epoch`` before each epoch: the chunks stay loaded from
+one epoch to the next (``keep_chunks``), and once an epoch has planned its last minibatch the next epoch's
+source starts on a thread of its own, shuffling its sweep while this epoch's last batches are copied, so that
+its first batch does not wait for the shuffle (``CNTKIO_NEXT_EPOCH``: ``auto``, ``always`` or ``off``; see the
+README). The batches are the same either way.
+
 **Lifetime of a batch.** The arrays of a batch are views of a native buffer, handed over without a copy. A
 buffer goes back to the loader for reuse only when no array (or view, or tensor made from one) refers to it
 any more, so a batch stays valid for as long as the program holds any part of it — keeping batches is safe,

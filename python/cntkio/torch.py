@@ -137,6 +137,12 @@ def distributed_rank_and_size(rank: Optional[int] = None, world_size: Optional[i
     return rank, world_size
 
 
+def _in_dataloader_worker() -> bool:
+    """Whether this runs in a DataLoader worker process."""
+    utils = sys.modules.get("torch.utils.data")
+    return utils is not None and utils.get_worker_info() is not None
+
+
 def _worker() -> Tuple[int, int]:
     """``(worker id, number of workers)`` of the DataLoader worker running this, ``(0, 1)`` outside one."""
     utils = sys.modules.get("torch.utils.data")
@@ -335,6 +341,7 @@ class MinibatchIterable:
         if self._elastic is not None and self._elastic[0] != epoch:
             self._elastic = None
         self.epoch = epoch
+        self.__dict__["_epoch_set"] = True
 
     def partition(self) -> Tuple[int, int]:
         """``(partition index, number of partitions)`` of the caller: ``rank × num_workers + worker id`` of
@@ -558,6 +565,7 @@ class MinibatchIterable:
         self._counting = workers == 1
         threads = self._feed_threads(workers)
         group = self._group()
+        after, then_epoch, always = self._next_epoch(workers, restore)
         feed = _native.Feed(
             src._src,
             size,
@@ -568,6 +576,9 @@ class MinibatchIterable:
             restore=restore,
             group=group,
             pool=self._batch_pool(),
+            after=after,
+            then=None if then_epoch is None else self._source(then_epoch)._src,
+            then_always=always,
         )
         try:
             while True:
@@ -575,8 +586,30 @@ class MinibatchIterable:
                 if raw is None:
                     break
                 yield raw
+            if then_epoch is not None:
+                self.__dict__["_next_source"] = (os.getpid(), then_epoch, feed.next_source())
         finally:
             feed.close()
+
+    def _next_epoch(self, workers: int, restore: Optional[str]) -> Tuple[Any, Optional[int], bool]:
+        """The source of this epoch if the last epoch's feed made it ahead (``after``); the epoch the next
+        iteration most likely reads, whose source this epoch's feed makes ahead (``then``); and whether it
+        does so even when the process keeps every core busy. With ``CNTKIO_NEXT_EPOCH=auto`` (the default):
+        after :meth:`set_epoch` since the last iteration (a loop over epochs), the next epoch, always;
+        otherwise this epoch again, only if the process left a core idle meanwhile (it may not be read
+        again). ``always``: as after ``set_epoch``; ``off``: never. Only in the process that hands out the
+        batches (a DataLoader worker started for one epoch would make it for nothing)."""
+        kept = self.__dict__.pop("_next_source", None)
+        after = None
+        if kept is not None and kept[0] == os.getpid() and kept[1] == self.epoch and restore is None:
+            after = kept[2]
+        moved = self.__dict__.pop("_epoch_set", False)
+        mode = os.environ.get("CNTKIO_NEXT_EPOCH", "auto")
+        if mode not in ("auto", "always", "off"):
+            raise UsageError(f"CNTKIO_NEXT_EPOCH must be auto, always or off, found {mode!r}")
+        if mode == "off" or workers != 1 or _in_dataloader_worker():
+            return after, None, False
+        return after, self.epoch + 1 if moved else self.epoch, moved or mode == "always"
 
     def _handed_out(self, position: str, sequences: int) -> None:
         """Accounts for a minibatch handed out (in the main process): ``position`` is the checkpoint after it."""

@@ -247,9 +247,11 @@ def assert_same_arrays(got: List[Dict[str, Any]], want: List[Dict[str, Any]], wh
 
 @pytest.mark.parametrize("window", [2, 128])
 @pytest.mark.parametrize("balanced", [False, True])
-def test_epochs_of_one_loader_keep_their_chunks(tmp_path, window, balanced):
-    """One loader over several epochs (its chunks kept from one epoch to the next) gives each epoch's batches
-    as a loader made for that epoch does; so does an IterableDataset kept across epochs."""
+def test_epochs_of_one_loader_keep_their_chunks(tmp_path, monkeypatch, window, balanced):
+    """One loader over several epochs (its chunks kept from one epoch to the next, the next epoch's source
+    made while the last one is read) gives each epoch's batches as a loader made for that epoch does; so
+    does an IterableDataset kept across epochs."""
+    monkeypatch.setenv("CNTKIO_NEXT_EPOCH", "always")  # whatever the load of the machine
     path = tmp_path / "data.ctf"
     write_data(path, random.Random(17), 500, 3)
     opts = dict(paths=path, streams=defs(), batch_size=16, seed=3, chunkSizeInBytes=900, sparse="dense",
@@ -263,6 +265,26 @@ def test_epochs_of_one_loader_keep_their_chunks(tmp_path, window, balanced):
         assert_same_arrays(copies(one), copies(fresh), f"epoch {epoch}")
         # Kept only where the window covers the data.
         assert (len(one._chunk_keep()) > 0) == (window == 128)
+        # The next epoch's source was made while this one was read, and is planning: the next iteration
+        # reads it.
+        assert one._next_source[1] == epoch + 1 and one._next_source[2].waiting
+    # Without set_epoch the next iteration repeats the epoch, and that is the source made ahead; after
+    # set_epoch to another epoch than the one made ahead, a fresh source is read.
+    for epoch, moved in ((2, False), (2, False), (7, True), (3, True)):
+        if moved:
+            one.set_epoch(epoch)
+        fresh = cntkio.Loader(**opts, num_threads=2)
+        fresh.set_epoch(epoch)
+        assert_same_arrays(copies(one), copies(fresh), f"epoch {epoch} again")
+        assert one._next_source[1] == (epoch + 1 if moved else epoch)
+    # Off: nothing is made ahead; a wrong value is refused.
+    monkeypatch.setenv("CNTKIO_NEXT_EPOCH", "off")
+    copies(one)
+    assert "_next_source" not in one.__dict__
+    monkeypatch.setenv("CNTKIO_NEXT_EPOCH", "sometimes")
+    with pytest.raises(cntkio.UsageError, match="CNTKIO_NEXT_EPOCH"):
+        copies(one)
+    monkeypatch.setenv("CNTKIO_NEXT_EPOCH", "always")
     torch = pytest.importorskip("torch")
     import cntkio.torch as ct
 

@@ -12,7 +12,10 @@
 use crate::arrays::indptr_to_py;
 use crate::errors::py_err;
 use crate::source::{bptt_to_py, Source};
-use cntkio::source::{Batch, BatchPool as NativePool, Feed as NativeFeed, FeedConfig, HostPin, Recycler, SourceState};
+use cntkio::source::{
+    Batch, BatchPool as NativePool, Feed as NativeFeed, FeedConfig, HostPin, MinibatchSource, NextSource as NativeNext,
+    PlanNext, Recycler, SourceState,
+};
 use cntkio::{Column, Entry, Error, Layout, Values};
 use numpy::ndarray::{ArrayView1, ArrayView2};
 use numpy::{IntoPyArray, PyArray1, PyArray2};
@@ -171,6 +174,37 @@ impl BatchPool {
 #[pyclass(module = "cntkio._native", frozen)]
 pub struct Feed {
     inner: Mutex<Option<NativeFeed>>,
+    next: Option<Py<NextSource>>,
+}
+
+/// The source of the next feed (a training loop's next epoch), planning ahead once the feed it follows has
+/// planned its last minibatch (`Feed(then=…)`); given to that next feed as `after`.
+#[pyclass(module = "cntkio._native", frozen)]
+pub struct NextSource {
+    slot: Arc<NativeNext>,
+    /// The process whose threads plan (a forked child has none: its copy is never used).
+    pid: u32,
+}
+
+#[pymethods]
+impl NextSource {
+    /// Whether a source waits here (or is being started): the feed it follows planned its last minibatch.
+    #[getter]
+    fn waiting(&self) -> bool {
+        self.pid == std::process::id() && self.slot.is_waiting()
+    }
+}
+
+impl NextSource {
+    /// The source waiting here, if it is there, was made in this process, and is `fresh`'s configuration
+    /// over the same data.
+    fn take_matching(&self, source: &Source, workers: u32, rank: u32) -> Option<MinibatchSource> {
+        if self.pid != std::process::id() {
+            return None;
+        }
+        let next = self.slot.take()?;
+        source.same_as(&next, workers, rank).then_some(next)
+    }
 }
 
 fn lock(m: &Mutex<Option<NativeFeed>>) -> MutexGuard<'_, Option<NativeFeed>> {
@@ -183,9 +217,13 @@ impl Feed {
     /// `Source.next_minibatch` takes it) for partition `rank` of `workers`, with `source`'s data and
     /// configuration, from the start of its run or from the checkpoint `restore` (`SourceState` JSON).
     /// `threads` assemble batches, `ahead` batches are planned or ready ahead, each of `group` consecutive
-    /// minibatches; batches are reused from `pool` (else a pool of the feed's own).
+    /// minibatches; batches are reused from `pool` (else a pool of the feed's own). `after`: the
+    /// `next_source()` of an earlier feed, whose source (already planning) this feed reads if it is there
+    /// and has this configuration (without `restore`). `then`: the source of the next feed (the next
+    /// epoch), which starts planning when this feed has planned its last minibatch (if the process left a
+    /// core idle meanwhile, or always with `then_always`): `next_source()`.
     #[new]
-    #[pyo3(signature = (source, size, workers = 1, rank = 0, threads = 1, ahead = 4, restore = None, group = 1, pool = None))]
+    #[pyo3(signature = (source, size, workers = 1, rank = 0, threads = 1, ahead = 4, restore = None, group = 1, pool = None, after = None, then = None, then_always = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -198,24 +236,42 @@ impl Feed {
         restore: Option<String>,
         group: usize,
         pool: Option<PyRef<'_, BatchPool>>,
+        after: Option<PyRef<'_, NextSource>>,
+        then: Option<PyRef<'_, Source>>,
+        then_always: bool,
     ) -> PyResult<Feed> {
         let pool = pool.map(|p| p.pool.clone());
-        let fresh = source.fresh(workers, rank);
-        py.detach(move || {
-            crate::pool::run(move || -> Result<Feed, Error> {
-                let mut src = fresh?;
-                if let Some(s) = restore {
-                    src.restore(&SourceState::from_json(&s)?)?;
-                }
-                let config = FeedConfig { size, threads, ahead, group };
-                let feed = match pool {
-                    None => NativeFeed::start(src, config)?,
-                    Some(p) => NativeFeed::start_with_pool(src, config, p)?,
-                };
-                Ok(Feed { inner: Mutex::new(Some(feed)) })
+        let prepared = after.filter(|_| restore.is_none()).and_then(|a| a.take_matching(&source, workers, rank));
+        let fresh = match prepared {
+            Some(p) => Ok(p),
+            None => source.fresh(workers, rank),
+        };
+        let following = then.map(|t| t.fresh(workers, rank)).transpose().map_err(py_err)?;
+        let (feed, slot) = py
+            .detach(move || {
+                crate::pool::run(move || -> Result<_, Error> {
+                    let mut src = fresh?;
+                    if let Some(s) = restore {
+                        src.restore(&SourceState::from_json(&s)?)?;
+                    }
+                    let when = if then_always { PlanNext::Always } else { PlanNext::WhenCoreIdle };
+                    let slot = following.map(|n| src.then(n, size, when));
+                    let config = FeedConfig { size, threads, ahead, group };
+                    let feed = match pool {
+                        None => NativeFeed::start(src, config)?,
+                        Some(p) => NativeFeed::start_with_pool(src, config, p)?,
+                    };
+                    Ok((feed, slot))
+                })
             })
-        })
-        .map_err(py_err)
+            .map_err(py_err)?;
+        let next = slot.map(|slot| Py::new(py, NextSource { slot, pid: std::process::id() })).transpose()?;
+        Ok(Feed { inner: Mutex::new(Some(feed)), next })
+    }
+
+    /// Where the source given as `then` waits (None without `then`): pass it as `after` to the next feed.
+    fn next_source(&self, py: Python<'_>) -> Option<Py<NextSource>> {
+        self.next.as_ref().map(|n| n.clone_ref(py))
     }
 
     /// The next batch of minibatches as `(keys, lengths, streams, parts, bptt)` (see

@@ -37,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<source::Source>()?;
     m.add_class::<source::Keep>()?;
     m.add_class::<feed::Feed>()?;
+    m.add_class::<feed::NextSource>()?;
     m.add_class::<feed::BatchMemory>()?;
     m.add_class::<feed::BatchPool>()?;
     m.add_function(wrap_pyfunction!(reader::read_all, m)?)?;

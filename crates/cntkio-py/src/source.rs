@@ -433,4 +433,12 @@ impl Source {
         let config = lock(&self.inner).config().clone();
         source_over(&self.deserializer, MinibatchConfig { workers, rank, ..config }, self.keep.as_ref())
     }
+
+    /// Whether `other` reads this source's data with its configuration for partition `rank` of `workers`
+    /// (what [`fresh`](Self::fresh) would make).
+    pub(crate) fn same_as(&self, other: &MinibatchSource, workers: u32, rank: u32) -> bool {
+        let config = lock(&self.inner).config().clone();
+        Arc::ptr_eq(other.deserializer(), &self.deserializer)
+            && *other.config() == MinibatchConfig { workers, rank, ..config }
+    }
 }

@@ -1027,6 +1027,75 @@ fn kept_chunks_never_change_a_minibatch_and_spare_loads() {
     assert!(keep.is_empty());
 }
 
+/// A source made to plan ahead behind another ([`MinibatchSource::then`], a training loop's next epoch)
+/// delivers exactly the minibatches of a fresh source with its configuration: from CTF, CBF and mapped CBF,
+/// for windows that cover the data or not, in file order, for several workers, when chained (the next one's
+/// `then` given while it already plans), asked for another size, or restored. It waits in its slot once
+/// the source before it has planned its last minibatch on a planning thread; a source that plans on the
+/// caller's thread (no loading threads) never fills it.
+#[test]
+fn a_next_source_planned_ahead_gives_the_minibatches_of_a_fresh_one() {
+    use cntkio::source::{ChunkKeep, PlanNext};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (c, read, mapped) = shards(dir.path(), 200);
+    for (window, randomize) in [(Window::Chunks(128), true), (Window::Chunks(3), true), (Window::Chunks(128), false)] {
+        for (workers, rank) in [(1, 0), (3, 2)] {
+            for d in [&c, &read, &mapped] {
+                let what = format!("{window:?} {randomize} {workers}/{rank}");
+                let conf = |epoch: u64, threads: usize| MinibatchConfig {
+                    workers,
+                    rank,
+                    threads: Some(threads),
+                    ..cfg(randomize, window, 5 + epoch, RunLength::Sweeps(1))
+                };
+                let fresh = |epoch: u64, mb: u64| {
+                    drain(&mut MinibatchSource::new(d.clone(), conf(epoch, 2)).unwrap(), mb, 10_000)
+                };
+                let keep = ChunkKeep::new();
+                let over = |epoch: u64, threads: usize| {
+                    let mut s = MinibatchSource::new(d.clone(), conf(epoch, threads)).unwrap();
+                    s.keep_chunks(keep.clone());
+                    s
+                };
+                // Epoch 0 makes epoch 1 ahead, which makes epoch 2 (given while epoch 1 plans already).
+                let mut s = over(0, 2);
+                let slot = s.then(over(1, 2), 17, PlanNext::Always);
+                assert!(!slot.is_waiting(), "{what}");
+                assert!(drain(&mut s, 17, 10_000) == fresh(0, 17), "{what}: epoch 0");
+                drop(s);
+                assert!(slot.is_waiting(), "{what}");
+                let mut s = slot.take().expect("planned behind epoch 0");
+                assert!(slot.take().is_none());
+                let slot = s.then(over(2, 2), 17, PlanNext::Always);
+                assert!(drain(&mut s, 17, 10_000) == fresh(1, 17), "{what}: epoch 1");
+                drop(s);
+                let mut s = slot.take().expect("planned behind epoch 1");
+                // Asked for another size than it planned for.
+                assert!(drain(&mut s, 29, 10_000) == fresh(2, 29), "{what}: epoch 2, another size");
+                // Restored half way before its first minibatch.
+                let want = fresh(1, 17);
+                let mut half = MinibatchSource::new(d.clone(), conf(1, 2)).unwrap();
+                drain(&mut half, 17, want.len() / 2);
+                let state = half.state();
+                let mut s = over(0, 2);
+                let slot = s.then(over(1, 2), 17, PlanNext::Always);
+                drain(&mut s, 17, 10_000);
+                drop(s);
+                let mut s = slot.take().expect("planned behind epoch 0");
+                s.restore(&state).unwrap();
+                assert!(drain(&mut s, 17, 10_000) == want[want.len() / 2..], "{what}: restored");
+                // Planning on the caller's thread: nothing is made ahead.
+                let mut s = over(0, 0);
+                let slot = s.then(over(1, 0), 17, PlanNext::Always);
+                drain(&mut s, 17, 10_000);
+                drop(s);
+                assert!(!slot.is_waiting() && slot.take().is_none(), "{what}");
+            }
+        }
+    }
+}
+
 /// The chunks held stay within the window's chunks plus the prefetch depth (plus the chunks of the
 /// minibatch being assembled), and no thread starts before the first minibatch.
 #[test]

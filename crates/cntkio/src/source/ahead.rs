@@ -12,6 +12,9 @@
 //! position of the last minibatch handed out, and the source moves it back by an exact restore to that
 //! position (which continues exactly as the uninterrupted run; see the module docs of
 //! [`source`](super)). Making plans ahead therefore never changes a minibatch.
+//!
+//! A thread that has planned the last minibatch of the run then runs the hook given to [`Ahead::then`], if
+//! any: a training loop's next epoch starts planning there ([`MinibatchSource::then`](super::MinibatchSource::then)).
 
 use super::Enumerator;
 use crate::randomize::Minibatch;
@@ -23,6 +26,9 @@ use std::thread::JoinHandle;
 /// At most this many sequences are planned ahead (24 bytes each), and always at least one minibatch. Enough
 /// for the thread to shuffle the next sweep's window while the caller still has sequences to copy.
 const MAX_AHEAD: usize = 1 << 20;
+
+/// What a planning thread runs once it has planned the last minibatch of the run (not when stopped).
+pub(super) type Then = Box<dyn FnOnce() + Send>;
 
 /// A minibatch planned ahead.
 pub(super) struct Planned {
@@ -47,6 +53,10 @@ struct Queue {
     /// is a system call).
     source_waits: bool,
     thread_waits: bool,
+    /// The thread planned the last minibatch of the run (it was not stopped before).
+    reached: bool,
+    /// What the thread runs after that ([`Ahead::then`]).
+    then: Option<Then>,
 }
 
 struct Shared {
@@ -94,6 +104,18 @@ impl Ahead {
                 log::warn!("minibatches are planned on the caller's thread: no planning thread ({e})");
                 Err(slot.lock().unwrap_or_else(|e| e.into_inner()).take().expect("the thread did not start"))
             }
+        }
+    }
+
+    /// Runs `then` once the thread has planned the last minibatch of the run (now, if it has); never if
+    /// the thread stops before that.
+    pub fn then(&self, then: Then) {
+        let mut q = self.shared.lock();
+        if !q.done {
+            q.then = Some(then);
+        } else if q.reached {
+            drop(q);
+            then();
         }
     }
 
@@ -151,8 +173,10 @@ impl Drop for Ahead {
     }
 }
 
-/// The thread: plans minibatches until the last one of the run, an error, or a stop.
+/// The thread: plans minibatches until the last one of the run, an error, or a stop; then runs the
+/// [`Ahead::then`] hook if it planned the last one.
 fn run(mut e: Enumerator, local: u64, shared: &Shared) -> Enumerator {
+    let mut reached = false;
     loop {
         let result = e.get_next(u64::MAX, local);
         let last = result.as_ref().map_or(true, |m| m.end_of_epoch || m.picks.is_empty());
@@ -176,10 +200,19 @@ fn run(mut e: Enumerator, local: u64, shared: &Shared) -> Enumerator {
             shared.changed.notify_all();
         }
         if last {
+            reached = true;
             break;
         }
     }
-    shared.lock().done = true;
+    let then = {
+        let mut q = shared.lock();
+        q.done = true;
+        q.reached = reached;
+        q.then.take().filter(|_| reached)
+    };
     shared.changed.notify_all();
+    if let Some(f) = then {
+        f();
+    }
     e
 }

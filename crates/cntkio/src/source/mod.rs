@@ -61,8 +61,9 @@
 //! arithmetic), then their values copied with nothing else in the loop. Once the same minibatch size has
 //! been asked for twice in a row, the randomization and packing run ahead on a thread of their own (module
 //! `ahead`), so that the caller's thread only copies; a call with another size, or a restore, takes the
-//! enumerator back (moved back by an exact restore if it ran past the last minibatch handed out). None of
-//! this changes a minibatch.
+//! enumerator back (moved back by an exact restore if it ran past the last minibatch handed out). A
+//! training loop's next epoch may start planning (its sweep's shuffle) while this one is still read
+//! ([`MinibatchSource::then`]). None of this changes a minibatch.
 
 mod ahead;
 mod batch;
@@ -72,6 +73,7 @@ mod config;
 mod deserializer;
 mod feed;
 mod loader;
+mod next;
 mod plan;
 mod state;
 
@@ -92,8 +94,11 @@ use crate::randomize::{
 use crate::{Error, ErrorKind, StreamSpec};
 pub use loader::ChunkKeep;
 use loader::Loader;
+use next::{left_core_idle, process_cpu_time};
+pub use next::{NextSource, PlanNext};
 use plan::{Planner, Prefetch};
 use std::sync::Arc;
+use std::time::Instant;
 
 type Enumerator = Box<dyn SequenceEnumerator + Send>;
 
@@ -129,6 +134,8 @@ pub struct MinibatchSource {
     ahead_after: u64,
     /// The run has started (at the first minibatch or restore).
     started: bool,
+    /// What the planning thread runs after the last minibatch of the run ([`then`](Self::then)).
+    then: Option<ahead::Then>,
 }
 
 impl std::fmt::Debug for MinibatchSource {
@@ -194,6 +201,7 @@ impl MinibatchSource {
             same_size_calls: 0,
             ahead_after: 2,
             started: false,
+            then: None,
         };
         // The run starts (and sweep 0 is shuffled) at the first minibatch, so that loading the first
         // window's chunks overlaps the shuffle; the worker configuration is checked here.
@@ -383,15 +391,7 @@ impl MinibatchSource {
     /// Plans the next minibatch (without truncated BPTT, which its callers take elsewhere).
     fn plan_next(&mut self, size: u64) -> Result<Planned, Error> {
         self.check_size(size)?;
-        let workers = u64::from(self.config.workers);
-        let mut local = size / workers + u64::from(u64::from(self.config.rank) < size % workers);
-        if local == 0 {
-            log::warn!(
-                "The minibatch size '{size}' is too small to be used with {workers} workers, adjusting to \
-                 minibatch size of 1 sample per worker"
-            );
-            local = 1;
-        }
+        let local = self.local_size(size, true);
         if self.ahead.as_ref().is_some_and(|a| a.size != size) {
             self.settle()?;
         }
@@ -416,15 +416,7 @@ impl MinibatchSource {
         self.same_size_calls = if self.last_size == Some(size) { self.same_size_calls + 1 } else { 1 };
         self.last_size = Some(size);
         if plan_ahead {
-            let e = std::mem::replace(&mut self.enumerator, Box::new(Parked));
-            let position = e.get_state();
-            match ahead::Ahead::start(e, size, local, position) {
-                Ok(a) => self.ahead = Some(a),
-                Err(e) => {
-                    self.enumerator = e;
-                    self.ahead_after = u64::MAX;
-                }
-            }
+            self.start_ahead(size, local);
         }
         self.start(true)?;
         self.prefetch();
@@ -454,6 +446,95 @@ impl MinibatchSource {
         self.minibatches += 1;
         self.prefetch();
         Ok(Planned::Copy(plan))
+    }
+
+    /// This worker's share of a minibatch of `size` samples (CNTK's warning, when `warn`, if it is 0: then 1).
+    fn local_size(&self, size: u64, warn: bool) -> u64 {
+        let workers = u64::from(self.config.workers);
+        let local = size / workers + u64::from(u64::from(self.config.rank) < size % workers);
+        if local == 0 && warn {
+            log::warn!(
+                "The minibatch size '{size}' is too small to be used with {workers} workers, adjusting to \
+                 minibatch size of 1 sample per worker"
+            );
+        }
+        local.max(1)
+    }
+
+    /// Hands the enumerator to a planning thread for minibatches of `size` samples (`local` of them this
+    /// worker's), with the [`then`](Self::then) hook; keeps it (and plans on the caller's thread from now
+    /// on) if no thread can be started.
+    fn start_ahead(&mut self, size: u64, local: u64) {
+        let e = std::mem::replace(&mut self.enumerator, Box::new(Parked));
+        let position = e.get_state();
+        match ahead::Ahead::start(e, size, local, position) {
+            Ok(a) => {
+                if let Some(f) = self.then.take() {
+                    a.then(f);
+                }
+                self.ahead = Some(a);
+            }
+            Err(e) => {
+                self.enumerator = e;
+                self.ahead_after = u64::MAX;
+            }
+        }
+    }
+
+    /// Starts the run and plans minibatches of `size` samples on a thread of their own now, before the
+    /// first is asked for, as the source would from its second call with that size on (READER.md §3: the
+    /// shuffle of the first window is most of the first minibatch's wait). Nothing is loaded: the chunks are
+    /// asked for when the minibatches are. Does nothing once the run has started, with truncated BPTT or
+    /// CNTK's restore quirk, or without loading threads (sources that plan on the caller's thread only).
+    /// Never changes a minibatch; a first call with another size moves the enumerator back to the start.
+    ///
+    /// Errors: a size no minibatch can have (as [`next_minibatch`](Self::next_minibatch)), the shuffle's
+    /// errors of the deserializer's sequence lists.
+    pub fn plan_ahead(&mut self, size: u64) -> Result<(), Error> {
+        if self.started
+            || self.config.truncation_length > 0
+            || self.config.cntk_restore_quirk
+            || self.loader.threads() == 0
+            || self.ahead_after == u64::MAX
+        {
+            return Ok(());
+        }
+        self.check_size(size)?;
+        self.start(false)?;
+        self.last_size = Some(size);
+        self.same_size_calls = 1;
+        let local = self.local_size(size, false);
+        self.start_ahead(size, local);
+        Ok(())
+    }
+
+    /// Makes `next` (the source of a training loop's next epoch, say) start planning minibatches of `size`
+    /// samples ([`plan_ahead`](Self::plan_ahead)) as soon as this source's planning thread has planned its
+    /// last minibatch (as `when` says), so that the shuffle of `next`'s first window runs while this
+    /// source's last minibatches are still being copied rather than before `next`'s first. `next` then waits
+    /// in the returned [`NextSource`]. If this source's last minibatch is not planned on a planning thread
+    /// (see [`NextSource::take`]), or `when` says no, `next` is dropped and the slot stays empty. Replaces
+    /// an earlier `next`.
+    pub fn then(&mut self, next: MinibatchSource, size: u64, when: PlanNext) -> Arc<NextSource> {
+        let slot = Arc::new(NextSource::default());
+        let to = slot.clone();
+        let (since, cpu) = (Instant::now(), process_cpu_time());
+        let hook: ahead::Then = Box::new(move || {
+            let idle = match (cpu, process_cpu_time()) {
+                (Some(a), Some(b)) => {
+                    left_core_idle(b.saturating_sub(a), since.elapsed(), crate::threads_or_cores(None))
+                }
+                _ => true,
+            };
+            if when == PlanNext::Always || idle {
+                to.start(next, size);
+            }
+        });
+        match &self.ahead {
+            Some(a) => a.then(hook),
+            None => self.then = Some(hook),
+        }
+        slot
     }
 
     /// A truncated-BPTT minibatch (module `bptt`).
