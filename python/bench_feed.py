@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--skip", action="append", default=[], help="leave out rows whose name contains this")
     ap.add_argument("--train-batches", type=int, default=300, help="training steps per timed run (CUDA rows)")
     ap.add_argument("--read", action="store_true",
-                    help="read CBF files with positional reads (mmap=False; native without --mmap) instead of mapping them")
+                    help="read CBF files with positional reads (mmap=False; native with --no-mmap) instead of mapping them")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -103,11 +103,11 @@ def main() -> None:
     opts: Dict[str, Any] = dict(paths=args.path, streams=streams, batch_size=args.batch_size, shuffle=True,
                                 seed=args.seed)
     cli_streams = [a for s in args.stream for a in ("--stream", s)]
-    # Python maps CBF files by default (the command line reads them unless --mmap): both the same way.
+    # Python and `cntkio batches` map CBF files by default; --read reads them on both sides.
     mapped = cntkio.detect_format(args.path) == "cbf" and not args.read
     if args.read:
         opts["mmap"] = False
-    cli_access = ["--mmap"] if mapped else []
+    cli_access = ["--no-mmap"] if args.read and cntkio.detect_format(args.path) == "cbf" else []
     rows: Dict[str, List[float]] = {}
     notes: Dict[str, str] = {}
 

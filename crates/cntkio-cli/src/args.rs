@@ -106,6 +106,10 @@ pub struct BatchesArgs {
     /// as one JSON object.
     #[arg(long)]
     pub bench: bool,
+    /// Read a CBF input with positional reads. By default it is memory-mapped, as the Python API maps it
+    /// (faster); a file that becomes shorter while it is mapped stops the run with an error.
+    #[arg(long, conflicts_with = "mmap")]
+    pub no_mmap: bool,
 }
 
 /// `convert`.
@@ -253,6 +257,10 @@ pub struct StatsArgs {
     /// Print JSON, with every dimension.
     #[arg(long)]
     pub json: bool,
+    /// Read a CBF input with positional reads. By default it is memory-mapped (faster); a file that becomes
+    /// shorter while it is mapped stops the run with an error.
+    #[arg(long, conflicts_with = "mmap")]
+    pub no_mmap: bool,
 }
 
 /// `bench`.

@@ -248,6 +248,19 @@ impl ReadArgs {
         }
     }
 
+    /// Whether to map the inputs of a command that reads CTF unless `--mmap` and maps CBF unless `no_mmap`
+    /// (`--no-mmap`): `Some` when a flag says, else `None` (each format's default, see
+    /// [`InputSpec::open`](cntkio::inputs::InputSpec::open)).
+    pub fn mapping(&self, no_mmap: bool) -> Option<bool> {
+        if no_mmap {
+            Some(false)
+        } else if self.mmap {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
     /// File access.
     pub fn access(&self) -> Access {
         if self.mmap {

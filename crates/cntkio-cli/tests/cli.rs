@@ -2753,3 +2753,24 @@ fn stats_figures_exit_codes_and_threads() {
     run(args!["stats", &bad, &schema]).code(1).err_has("bad.ctf:2:");
     run(args!["stats", &f]).code(2).err_has("--stream x:2:dense");
 }
+
+/// `batches` and `stats` map a CBF input by default (as the Python API does): the same output as
+/// `--no-mmap` (positional reads) and `--mmap`, and the two flags exclude each other.
+#[test]
+fn batches_and_stats_map_cbf_by_default_and_read_it_with_no_mmap() {
+    let d = tmp();
+    let text: String = (0..300).map(|i| format!("{i} |x {} {} |y {}:1\n", i % 7, i / 3, i % 3)).collect();
+    let f = write(d.path(), "m.ctf", text);
+    let cbf = d.path().join("m.cbf");
+    let schema = ["--stream", "x:2:dense", "--stream", "y:3:sparse"];
+    run(args!["-q", "convert", &f, &cbf, &schema, "--chunk-size", "2k"]).code(0);
+    let mb = ["--mb-size", "16", "--randomize", "--seed", "3", "--window-chunks", "2"];
+    let mapped = run(args!["batches", &cbf, &mb]).code(0).stdout();
+    assert!(mapped.lines().count() > 10, "{mapped}");
+    assert_eq!(run(args!["batches", &cbf, &mb, "--no-mmap"]).code(0).stdout(), mapped);
+    assert_eq!(run(args!["batches", &cbf, &mb, "--mmap"]).code(0).stdout(), mapped);
+    run(args!["batches", &cbf, &mb, "--mmap", "--no-mmap"]).code(2).err_has("--no-mmap");
+    let stats = run(args!["stats", &cbf, "--json"]).code(0).stdout();
+    assert!(stats.contains("\"sequences\": 300"), "{stats}");
+    assert_eq!(run(args!["stats", &cbf, "--json", "--no-mmap"]).code(0).stdout(), stats);
+}

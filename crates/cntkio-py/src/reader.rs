@@ -51,7 +51,8 @@ impl Reader {
         py.detach(|| {
             crate::pool::run(|| -> Result<Reader, Error> {
                 let (input, mmap) = spec.into_input()?;
-                let source = input.open(mmap, cntkio::threads_or_cores(None)).map_err(|e| at_path(e, input.path()))?;
+                let source =
+                    input.open(Some(mmap), cntkio::threads_or_cores(None)).map_err(|e| at_path(e, input.path()))?;
                 Ok(Reader { source })
             })
         })
@@ -176,7 +177,7 @@ pub fn read_all<'py>(
                 }
                 spec @ Spec::Cbf { .. } => {
                     let (input, mmap) = spec.into_input()?;
-                    let source = input.open(mmap, 1).map_err(|e| at_path(e, input.path()))?;
+                    let source = input.open(Some(mmap), 1).map_err(|e| at_path(e, input.path()))?;
                     let pool = rayon::ThreadPoolBuilder::new()
                         .num_threads(nthreads)
                         .build()

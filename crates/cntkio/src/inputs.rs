@@ -168,16 +168,17 @@ impl InputSpec {
         Ok(streams)
     }
 
-    /// The file as a deserializer: CTF indexed with `threads` threads, CTF and CBF read through a memory
-    /// map when `mmap`.
-    pub fn open(&self, mmap: bool, threads: usize) -> Result<Arc<dyn Deserializer>, Error> {
+    /// The file as a deserializer: CTF indexed with `threads` threads; CTF and CBF read through a memory map
+    /// when `mmap` says so, else ([`None`]) a CBF file is (its map guarded: a file that becomes shorter
+    /// meanwhile gives an I/O error, not a `SIGBUS`) and a CTF file is read.
+    pub fn open(&self, mmap: Option<bool>, threads: usize) -> Result<Arc<dyn Deserializer>, Error> {
         Ok(match self {
             InputSpec::Ctf(i) => {
-                let access = if mmap { Access::Mmap } else { Access::Read };
+                let access = if mmap == Some(true) { Access::Mmap } else { Access::Read };
                 Arc::new(CtfReader::open_with(&i.path, &i.schema, &i.options, access, threads)?)
             }
             InputSpec::Cbf(i) => {
-                let options = i.options.clone().mmap(mmap);
+                let options = i.options.clone().mmap(mmap.unwrap_or(true));
                 Arc::new(CbfSource::open_with(&i.path, &options)?.with_precision(i.precision))
             }
             InputSpec::Arrow(i) => {
@@ -195,7 +196,7 @@ impl InputSpec {
 }
 
 /// The inputs as one deserializer: several files are read one after the other ([`MultiSource`]).
-pub fn open_all(inputs: &[InputSpec], mmap: bool, threads: usize) -> Result<Arc<dyn Deserializer>, Error> {
+pub fn open_all(inputs: &[InputSpec], mmap: Option<bool>, threads: usize) -> Result<Arc<dyn Deserializer>, Error> {
     let mut parts = inputs.iter().map(|i| i.open(mmap, threads)).collect::<Result<Vec<_>, _>>()?;
     if parts.len() == 1 {
         return Ok(parts.pop().expect("one part"));
@@ -225,9 +226,9 @@ mod tests {
         let spec = InputSpec::detect(&ctf, &mut given).unwrap();
         assert!(matches!(&spec, InputSpec::Ctf(i) if i.schema.streams()[0].dim == 2 && i.path == ctf));
         assert_eq!(asked, 1);
-        let d = spec.open(false, 1).unwrap();
+        let d = spec.open(Some(false), 1).unwrap();
         assert_eq!(d.streams()[0].name, "a");
-        let two = open_all(&[spec.clone(), spec], true, 2).unwrap();
+        let two = open_all(&[spec.clone(), spec], Some(true), 2).unwrap();
         assert_eq!(two.chunks().iter().map(|c| c.num_sequences).sum::<u32>(), 4);
 
         let cbf = dir.path().join("data.ctf");
@@ -282,7 +283,7 @@ mod tests {
         let streams = spec.streams().unwrap();
         assert_eq!((streams[0].name.as_str(), streams[0].element_type), ("b", ElementType::F64));
         for mmap in [false, true] {
-            let d = spec.open(mmap, 1).unwrap();
+            let d = spec.open(Some(mmap), 1).unwrap();
             assert_eq!(d.streams(), &streams[..]);
             let got = d.load_chunk(0).unwrap();
             let want: Vec<f64> = match &data.streams[0].values {
@@ -292,7 +293,7 @@ mod tests {
             assert_eq!(got.streams[0].values, cntkio_core::Values::F64(want));
             assert_eq!(got.keys, data.keys);
         }
-        let plain = plain.open(false, 1).unwrap();
+        let plain = plain.open(Some(false), 1).unwrap();
         assert_eq!(plain.streams()[0].element_type, ElementType::F32);
         assert_eq!(*plain.load_chunk(0).unwrap(), *data);
     }
