@@ -143,8 +143,8 @@ pub struct ConvertArgs {
     /// Write each sequence's meta count as its longest stream (ctf2bin.py) instead of its declared length.
     #[arg(long)]
     pub max_over_streams: bool,
-    /// Read a CTF input with positional reads. By default it is memory-mapped, which is faster; if the
-    /// file is truncated while it is mapped, the conversion stops with an error and writes no output.
+    /// Read the input (CTF or CBF) with positional reads. By default it is memory-mapped, which is faster;
+    /// if the file is truncated while it is mapped, the conversion stops with an error and writes no output.
     #[arg(long, conflicts_with = "mmap")]
     pub no_mmap: bool,
 }
@@ -215,8 +215,8 @@ pub struct ValidateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Read CTF inputs with positional reads. By default they are memory-mapped, which is faster; a file
-    /// truncated while it is mapped stops the validation with an error.
+    /// Read CTF and CBF inputs with positional reads. By default they are memory-mapped, which is faster; a
+    /// file truncated while it is mapped stops the validation with an error.
     #[arg(long, conflicts_with = "mmap")]
     pub no_mmap: bool,
 }

@@ -102,13 +102,14 @@ fn aliases(a: &ConvertArgs) -> Result<Vec<(String, String)>, Error> {
     })
 }
 
-/// How a CBF input is opened (mapped with --mmap, its signals prepared).
+/// How a CBF input is opened (mapped unless --no-mmap, its map guarded; its signals prepared).
 fn cbf_options(a: &ConvertArgs) -> CbfOptions {
-    if a.read.mmap {
-        signals::prepare_for_maps(Task::Conversion, &[(&a.input, "leave out --mmap")]);
+    let mapped = a.read.mapping(a.no_mmap).unwrap_or(true);
+    if mapped {
+        signals::prepare_for_maps(Task::Conversion, &[(&a.input, "pass --no-mmap")]);
         signals::reading_mapped(Some(0));
     }
-    CbfOptions::default().mmap(a.read.mmap)
+    CbfOptions::default().mmap(mapped)
 }
 
 /// The CBF writer's options from the flags.

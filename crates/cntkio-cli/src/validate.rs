@@ -23,12 +23,14 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
     let mut reports: Vec<Summary> = Vec::new();
     let mut any_invalid = false;
     let vo = ValidateOptions { threads: a.read.threads(), limit: a.limit, warnings: a.warnings, cancel: None };
-    // CTF inputs are mapped unless --no-mmap: a file truncated meanwhile raises SIGBUS, which the binary's
-    // handler explains.
+    // CTF and CBF inputs are mapped unless --no-mmap: a CTF file truncated meanwhile raises SIGBUS, which the
+    // binary's handler explains (a CBF map's guard turns it into an error).
     let access = a.read.access_mapped_by_default(a.no_mmap);
+    let cbf_mapped = a.read.mapping(a.no_mmap).unwrap_or(true);
     let inputs: Vec<(&Path, &str)> = jobs
         .iter()
         .map(|j| match j {
+            InputSpec::Cbf(s) if cbf_mapped => (s.path.as_path(), "pass --no-mmap"),
             InputSpec::Cbf(s) | InputSpec::Arrow(s) => (s.path.as_path(), "leave out --mmap"),
             InputSpec::Ctf(i) => (i.path.as_path(), a.read.no_map_hint()),
         })
@@ -39,8 +41,8 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
             InputSpec::Cbf(StoredInput { path, options, .. }) => {
                 let progress =
                     Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "validating", quiet);
-                signals::reading_mapped(a.read.mmap.then_some(i));
-                let r = validate_cbf(path, &options.clone().mmap(a.read.mmap), &vo, &mut |b| progress.set(b));
+                signals::reading_mapped(cbf_mapped.then_some(i));
+                let r = validate_cbf(path, &options.clone().mmap(cbf_mapped), &vo, &mut |b| progress.set(b));
                 signals::reading_mapped(None);
                 progress.finish();
                 let r = r?;

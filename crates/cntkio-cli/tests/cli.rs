@@ -2754,10 +2754,10 @@ fn stats_figures_exit_codes_and_threads() {
     run(args!["stats", &f]).code(2).err_has("--stream x:2:dense");
 }
 
-/// `batches` and `stats` map a CBF input by default (as the Python API does): the same output as
-/// `--no-mmap` (positional reads) and `--mmap`, and the two flags exclude each other.
+/// `batches`, `stats`, `convert` and `validate` map a CBF input by default (as the Python API does): the
+/// same output as `--no-mmap` (positional reads) and `--mmap`, and the two flags exclude each other.
 #[test]
-fn batches_and_stats_map_cbf_by_default_and_read_it_with_no_mmap() {
+fn commands_map_cbf_by_default_and_read_it_with_no_mmap() {
     let d = tmp();
     let text: String = (0..300).map(|i| format!("{i} |x {} {} |y {}:1\n", i % 7, i / 3, i % 3)).collect();
     let f = write(d.path(), "m.ctf", text);
@@ -2773,4 +2773,11 @@ fn batches_and_stats_map_cbf_by_default_and_read_it_with_no_mmap() {
     let stats = run(args!["stats", &cbf, "--json"]).code(0).stdout();
     assert!(stats.contains("\"sequences\": 300"), "{stats}");
     assert_eq!(run(args!["stats", &cbf, "--json", "--no-mmap"]).code(0).stdout(), stats);
+    let (mapped, read) = (d.path().join("mapped.ctf"), d.path().join("read.ctf"));
+    run(args!["-q", "convert", &cbf, &mapped]).code(0);
+    run(args!["-q", "convert", &cbf, &read, "--no-mmap"]).code(0);
+    assert_eq!(std::fs::read(&mapped).unwrap(), std::fs::read(&read).unwrap());
+    assert_eq!(std::fs::read_to_string(&mapped).unwrap().lines().count(), 300);
+    let valid = run(args!["validate", &cbf, "--json"]).code(0).stdout();
+    assert_eq!(run(args!["validate", &cbf, "--json", "--no-mmap"]).code(0).stdout(), valid);
 }

@@ -232,7 +232,10 @@ mod failing_reads {
         sparse_ctf(&ctf, 120_000);
         let cbf = d.join("in.cbf");
         run(args!["-q", "convert", &ctf, &cbf, &SCHEMA, "--chunk-size", "1048576"]).code(0);
-        [(ctf, "out.cbf", args!["--no-mmap", "--chunk-size", "1048576", &SCHEMA]), (cbf, "out.ctf", args![&SCHEMA])]
+        [
+            (ctf, "out.cbf", args!["--no-mmap", "--chunk-size", "1048576", &SCHEMA]),
+            (cbf, "out.ctf", args!["--no-mmap", &SCHEMA]),
+        ]
     }
 
     /// `cntkio -q convert input out extra…`.
@@ -245,11 +248,16 @@ mod failing_reads {
     /// An input truncated to half while it is read (the conversion stopped with `SIGSTOP` once it has
     /// created its temporary output, which it does after opening its input and before reading its data,
     /// then continued) stops the conversion with an I/O error that names the input: exit 2, no
-    /// panic, no output, no temporary file.
+    /// panic, no output, no temporary file. So does a CBF input read through its (guarded) map, the default.
     #[test]
     fn an_input_truncated_while_it_is_read_is_named_in_the_error() {
         let d = tmp();
-        for (input, name, extra) in inputs(d.path()) {
+        let [ctf, cbf] = inputs(d.path());
+        let copy = d.path().join("mapped.cbf");
+        std::fs::copy(&cbf.0, &copy).unwrap();
+        let mapped = (copy, cbf.1, args![&SCHEMA]);
+        for (input, name, extra) in [ctf, cbf, mapped] {
+            let read = extra.iter().any(|a| a == "--no-mmap");
             let out = d.path().join(name);
             let before = dir_names(d.path());
             let len = std::fs::metadata(&input).unwrap().len();
@@ -265,7 +273,8 @@ mod failing_reads {
             let case = format!("{}: {stderr}", input.display());
             assert_eq!(status.code(), Some(2), "{case}");
             assert!(stderr.contains("error[E2001]: ") && stderr.contains(&input.display().to_string()), "{case}");
-            assert!(stderr.contains("the file is shorter than when it was opened"), "{case}");
+            let why = if read { "the file is shorter than when it was opened" } else { "while it was memory-mapped" };
+            assert!(stderr.contains(why), "{case}");
             assert!(!stderr.contains("panicked"), "{case}");
             assert_eq!(dir_names(d.path()), before, "{case}: no output, no temporary file");
         }
