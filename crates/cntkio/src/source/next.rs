@@ -74,38 +74,31 @@ impl NextSource {
         st.pending || st.source.is_some()
     }
 
-    /// Starts `next` planning minibatches of `size` on a thread of its own (this one if none can be
-    /// started), and keeps it here.
+    /// Starts `next` planning minibatches of `size` on a thread of its own, and keeps it here (the slot
+    /// stays empty if no thread can be started: the next feed then reads a fresh source).
     pub(super) fn start(self: Arc<Self>, mut next: MinibatchSource, size: u64) {
         self.lock().pending = true;
         let to = self.clone();
-        let start = move || {
+        // Starting the run shuffles the first window (READER.md §3.4): not on the thread that runs this
+        // hook, which the source it follows may be waiting for.
+        let spawned = std::thread::Builder::new().name("cntkio-plan-next".into()).spawn(move || {
             if let Err(e) = next.plan_ahead(size) {
                 log::debug!("the next source plans on the caller's thread: {e}");
             }
-            let mut st = to.lock();
-            st.source = Some(next);
-            st.pending = false;
-            drop(st);
-            to.ready.notify_all();
-        };
-        // Starting the run shuffles the first window (READER.md §3.4): not on the thread that runs this
-        // hook, which the source it follows may be waiting for.
-        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
-        let spawned = std::thread::Builder::new().name("cntkio-plan-next".into()).spawn(move || {
-            if let Ok(f) = rx.recv() {
-                f();
-            }
+            to.finish(Some(next));
         });
-        let start: Box<dyn FnOnce() + Send> = Box::new(start);
-        match spawned {
-            Ok(_) => {
-                if let Err(std::sync::mpsc::SendError(f)) = tx.send(start) {
-                    f();
-                }
-            }
-            Err(_) => start(),
+        if spawned.is_err() {
+            self.finish(None);
         }
+    }
+
+    /// Ends a start: `source` waits here (if any), and `take` stops waiting.
+    fn finish(&self, source: Option<MinibatchSource>) {
+        let mut st = self.lock();
+        st.source = source;
+        st.pending = false;
+        drop(st);
+        self.ready.notify_all();
     }
 }
 
