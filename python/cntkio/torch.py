@@ -53,7 +53,9 @@ list of states of another world size is a :class:`cntkio.UsageError`.
 
 **Reading.** Each iteration's minibatches are planned and assembled by native threads into reused buffers
 (the cores shared among a DataLoader's workers); a worker sends each batch to the main process through shared
-memory of its own that is reused once the main process drops the batch. :class:`Loader` (``cntkio.torch.Loader``)
+memory of its own that is reused once the main process drops the batch. A persistent worker
+(``persistent_workers=True``) makes its next epoch's source while it reads one, from its second epoch on
+(``CNTKIO_NEXT_EPOCH``, as for :class:`Loader`). :class:`Loader` (``cntkio.torch.Loader``)
 yields the same batches in the main process, with no worker processes, and copies them to a GPU ahead of the
 step with ``device="cuda"``: the faster path for training.
 
@@ -597,8 +599,10 @@ class MinibatchIterable:
         does so even when the process keeps every core busy. With ``CNTKIO_NEXT_EPOCH=auto`` (the default):
         after :meth:`set_epoch` since the last iteration (a loop over epochs), the next epoch, always;
         otherwise this epoch again, only if the process left a core idle meanwhile (it may not be read
-        again). ``always``: as after ``set_epoch``; ``off``: never. Only in the process that hands out the
-        batches (a DataLoader worker started for one epoch would make it for nothing)."""
+        again). ``always``: as after ``set_epoch``; ``off``: never. In a DataLoader worker, only from the
+        worker's second iteration on (a persistent worker, iterated again: one started for a single epoch
+        would make it for nothing), always (the worker's cores are shared with the other workers, so the
+        idle-core rule cannot tell; and a persistent worker's dataset is read again)."""
         kept = self.__dict__.pop("_next_source", None)
         after = None
         if kept is not None and kept[0] == os.getpid() and kept[1] == self.epoch and restore is None:
@@ -607,9 +611,12 @@ class MinibatchIterable:
         mode = os.environ.get("CNTKIO_NEXT_EPOCH", "auto")
         if mode not in ("auto", "always", "off"):
             raise UsageError(f"CNTKIO_NEXT_EPOCH must be auto, always or off, found {mode!r}")
-        if mode == "off" or workers != 1 or _in_dataloader_worker():
+        in_worker = workers != 1 or _in_dataloader_worker()
+        iterated_here = self.__dict__.get("_iterated_in") == os.getpid()
+        self.__dict__["_iterated_in"] = os.getpid()
+        if mode == "off" or (in_worker and not iterated_here):
             return after, None, False
-        return after, self.epoch + 1 if moved else self.epoch, moved or mode == "always"
+        return after, self.epoch + 1 if moved else self.epoch, moved or mode == "always" or in_worker
 
     def _handed_out(self, position: str, sequences: int) -> None:
         """Accounts for a minibatch handed out (in the main process): ``position`` is the checkpoint after it."""

@@ -454,6 +454,57 @@ def test_persistent_workers_follow_set_epoch(torch, tmp_path, context):
     assert [b["keys"].tolist() for b in fresh_loader] == want[2][3:]
 
 
+try:
+    from torch.utils.data import IterableDataset as _TorchIterable
+except ImportError:  # the tests that use it are skipped
+    _TorchIterable = object  # type: ignore[assignment,misc]
+
+
+class _NextEpochProbe(_TorchIterable):  # type: ignore[misc,valid-type]
+    """A cntkio dataset's batches, then from each worker what the iteration left ahead: the epoch whose source
+    it made while reading this one (None: none) and whether that source is planning."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __iter__(self):
+        yield from self.inner
+        kept = self.inner.__dict__.get("_next_source")
+        yield {"next_epoch": -1 if kept is None else kept[1], "waiting": kept is not None and kept[2].waiting}
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_persistent_workers_make_the_next_epoch_ahead(torch, tmp_path, context):
+    """A persistent worker, iterated again, makes its next epoch's source while it reads this one: the epoch
+    after one set by set_epoch, else the same epoch again. The batches stay those of a worker started for
+    the epoch, which makes nothing ahead (it is not iterated again)."""
+    from torch.utils.data import DataLoader
+
+    d = data(tmp_path, n=300, chunk=200)
+    opts = dict(batch_size=8, seed=4, with_keys=True)
+
+    def fresh(epoch: int) -> List[List[int]]:
+        f = ct.IterableDataset(d, **opts)
+        f.set_epoch(epoch)
+        got = list(DataLoader(_NextEpochProbe(f), batch_size=None, num_workers=2))
+        assert [b["next_epoch"] for b in got if "next_epoch" in b] == [-1, -1]
+        return [b["keys"].tolist() for b in got if "keys" in b]
+
+    ds = ct.IterableDataset(d, **opts)
+    loader = DataLoader(_NextEpochProbe(ds), batch_size=None, num_workers=2, persistent_workers=True,
+                        multiprocessing_context=context)
+    # (epoch, set_epoch called before it): a loop, a repeat without set_epoch, a jump past the epoch made
+    # ahead, and the loop again.
+    for i, (epoch, moved) in enumerate([(0, True), (1, True), (2, True), (2, False), (5, True), (6, True)]):
+        if moved:
+            ds.set_epoch(epoch)
+        got = list(loader)
+        assert [b["keys"].tolist() for b in got if "keys" in b] == fresh(epoch), f"epoch {epoch}"
+        ahead = [(b["next_epoch"], b["waiting"]) for b in got if "next_epoch" in b]
+        want = (-1, False) if i == 0 else (epoch + 1 if moved else epoch, True)
+        assert ahead == [want, want], f"epoch {epoch}"
+
+
 def _double_a(batch: Dict) -> Dict:
     """A ``collate_fn`` that reads the batch in the worker."""
     return {"a2": batch["a"] * 2, "keys": batch["keys"]}
