@@ -241,6 +241,10 @@ pub struct DumpArgs {
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub read: ReadArgs,
+    /// Read a CBF input with positional reads. By default it is memory-mapped (faster); a file that becomes
+    /// shorter while it is mapped stops the dump with an error.
+    #[arg(long, conflicts_with = "mmap")]
+    pub no_mmap: bool,
 }
 
 /// `stats`.

@@ -2780,4 +2780,7 @@ fn commands_map_cbf_by_default_and_read_it_with_no_mmap() {
     assert_eq!(std::fs::read_to_string(&mapped).unwrap().lines().count(), 300);
     let valid = run(args!["validate", &cbf, "--json"]).code(0).stdout();
     assert_eq!(run(args!["validate", &cbf, "--json", "--no-mmap"]).code(0).stdout(), valid);
+    let dumped = run(args!["dump", &cbf]).code(0).stdout();
+    assert_eq!(dumped.lines().count(), 300);
+    assert_eq!(run(args!["dump", &cbf, "--no-mmap"]).code(0).stdout(), dumped);
 }
