@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import pickle
 import random
+import signal
 import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -297,6 +301,55 @@ def test_epochs_of_one_loader_keep_their_chunks(tmp_path, monkeypatch, window, b
         assert len(got) == len(want) > 0
         for x, y in zip(got, want):
             assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_child_lets_go_of_the_next_source(tmp_path, monkeypatch):
+    """A process forked while a loader's next epoch is made ahead (a DataLoader worker started after an epoch
+    read in the main process) reads a fresh source and lets go of its copy of the parent's without touching
+    the parent's threads; the parent still reads the source it made."""
+    monkeypatch.setenv("CNTKIO_NEXT_EPOCH", "always")
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(23), 400, 3)
+    opts = dict(paths=path, streams=defs(), batch_size=16, seed=5, chunkSizeInBytes=900, sparse="dense",
+                with_keys=True)
+    fresh = cntkio.Loader(**opts, num_threads=2)
+    fresh.set_epoch(1)
+    want = copies(fresh)
+    one = cntkio.Loader(**opts, num_threads=2)
+    one.set_epoch(0)
+    copies(one)
+    assert one._next_source[1] == 1 and one._next_source[2].waiting
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: fork with threads running
+        pid = os.fork()
+    if pid == 0:  # the child: its exit status is the test's outcome there
+        code = 1
+        try:
+            code = 2
+            assert not one._next_source[2].waiting  # not this process's
+            one.set_epoch(1)
+            code = 3
+            assert_same_arrays(copies(one), want, "child")
+            one.__dict__.pop("_next_source", None)
+            gc.collect()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child did not finish")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert one._next_source[2].waiting
+    one.set_epoch(1)
+    assert_same_arrays(copies(one), want, "parent")
 
 
 def test_kept_chunks_are_not_read_again(tmp_path):

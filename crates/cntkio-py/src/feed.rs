@@ -195,6 +195,17 @@ impl NextSource {
     }
 }
 
+impl Drop for NextSource {
+    fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            // A forked child's copy (a dataset copied into a DataLoader worker): the source's threads do not
+            // exist here, and a lock one of them held at the fork stays held, so the source's destructor
+            // (which stops its planning thread under that lock) must not run. The copy is let go unfreed.
+            std::mem::forget(self.slot.clone());
+        }
+    }
+}
+
 impl NextSource {
     /// The source waiting here, if it is there, was made in this process, and is `fresh`'s configuration
     /// over the same data.
