@@ -2,7 +2,8 @@
 # The feed's figures on a machine with many cores and a GPU, in one run: writes the dense benchmark file
 # (tools/gen_bench_data.py, MB megabytes of CTF, default 1000) and its CBF twin, then prints
 # `cntkio batches --bench` (batches of 4096, shuffled) at -j 1, 2, 4, 8, 16 (those up to the machine's cores,
-# each twice) and python/bench_feed.py on the CBF file (with its CUDA rows where PyTorch sees a GPU).
+# each twice) and python/bench_feed.py on the CBF file (with its CUDA rows where PyTorch sees a GPU, and
+# DataLoader rows with 2 workers and with half the cores).
 #
 # usage: [PYTHON=python3] [MB=1000] [REPEAT=3] tools/bench/feed_device.sh [DIR]
 #   PYTHON: an interpreter that imports cntkio (its wheel installed, or on PYTHONPATH) and, for the torch
@@ -40,4 +41,7 @@ for j in 1 2 4 8 16; do
     done
 done
 echo
-PYTHONUNBUFFERED=1 "$py" python/bench_feed.py "$dir/dense.cbf" --repeat "$repeat" --skip CNTK
+# DataLoader rows with 2 workers, and with half the cores where that is more (what a user of many cores sets).
+workers=(--workers 2)
+[ $((cores / 2)) -le 2 ] || workers+=(--workers $((cores / 2)))
+PYTHONUNBUFFERED=1 "$py" python/bench_feed.py "$dir/dense.cbf" --repeat "$repeat" --skip CNTK "${workers[@]}"
