@@ -3,26 +3,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterator, List, Tuple
 
 import numpy as np
 
-from cntkio import UsageError
 from cntkio._source import BpttLayout, Minibatch, MinibatchData
-
-
-def default_threads() -> int:
-    """``CNTKIO_THREADS`` if set, else the number of cores."""
-    v = os.environ.get("CNTKIO_THREADS", "").strip()
-    if v:
-        try:
-            n = int(v)
-        except ValueError:
-            raise UsageError(f"environment variable CNTKIO_THREADS={v!r} is not an integer") from None
-        if n > 0:
-            return n
-    return os.cpu_count() or 1
 
 
 def part_of(stream: Any, first: int, end: int) -> Any:

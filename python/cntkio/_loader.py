@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from cntkio import UsageError, _Deserializer, _has_scipy, _native
-from cntkio._feed import default_threads
+from cntkio._threads import default_threads
 from cntkio._source import Minibatch
 
 LAYOUTS = ("flat", "padded")
@@ -81,7 +81,8 @@ class Loader(_iterable_base()):  # type: ignore[misc]
         balanced_workers: deal sequences instead of CNTK's whole chunks to the ranks (equal shares ±1; needed
             for an elastic resume).
         layout, sparse, with_keys: the form of the batches (above).
-        num_threads: native threads assembling batches (default ``CNTKIO_THREADS`` or the number of cores).
+        num_threads: native threads assembling batches (default ``CNTKIO_THREADS``, else the cores this
+            process may use, shared by the processes ``torchrun`` started on the machine: ``LOCAL_WORLD_SIZE``).
         prefetch: batches planned or ready ahead (default ``2 × num_threads + 2``).
     """
 

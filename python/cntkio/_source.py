@@ -19,6 +19,7 @@ from cntkio import (
     _infos,
     _Record,
 )
+from cntkio._threads import default_threads
 
 _log = _logging.getLogger("cntkio")
 
@@ -399,7 +400,8 @@ class MinibatchSource:
             (cntkio's messages go to the ``cntkio`` logger of :mod:`logging`; set its level instead).
         multithreaded_deserializer: False loads chunks on the calling thread when they are needed
             (no background loading); True or None (the default): background loader threads, one per core
-            (``CNTKIO_THREADS`` overrides). Never changes a minibatch.
+            this process may use, shared by the processes ``torchrun`` started on the machine
+            (``LOCAL_WORLD_SIZE``; ``CNTKIO_THREADS`` overrides). Never changes a minibatch.
         frame_mode: every stream of every sequence must have at most one sample.
         truncation_length: truncated BPTT with this length in samples (READER.md §5.3, CNTK's
             ``TruncatedBPTTPacker``): ``max(1, size // truncation_length)`` parallel rows (shared between
@@ -492,7 +494,7 @@ class MinibatchSource:
         truncation = _int("truncation_length", args["truncation_length"])
         rand = _bool("randomize", args["randomize"])
         max_errors = _int("max_errors", args["max_errors"])
-        threads: Optional[int] = None
+        threads = default_threads()
         if args["multithreaded_deserializer"] is not None and not _bool(
             "multithreaded_deserializer", args["multithreaded_deserializer"]
         ):

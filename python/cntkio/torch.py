@@ -88,6 +88,7 @@ from cntkio import (
     detect_format,
 )
 from cntkio._source import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, Minibatch, MinibatchSource
+from cntkio._threads import default_threads
 
 __all__ = ["IterableDataset", "Loader", "MinibatchIterable", "gather_states"]
 
@@ -524,7 +525,7 @@ class MinibatchIterable:
 
     def _feed_threads(self, workers: int) -> int:
         """Native threads assembling this iteration's batches: the cores, shared by the DataLoader workers."""
-        return max(1, _feed.default_threads() // workers)
+        return max(1, default_threads() // workers)
 
     def _feed_ahead(self, threads: int) -> int:
         """Minibatches planned or ready ahead."""

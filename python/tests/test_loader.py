@@ -303,6 +303,55 @@ def test_epochs_of_one_loader_keep_their_chunks(tmp_path, monkeypatch, window, b
             assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
+def test_default_threads_share_the_cores_among_a_launchers_processes(tmp_path, monkeypatch):
+    """The default number of native threads: ``CNTKIO_THREADS``; else the cores this process may run on,
+    divided among the processes torchrun started on the machine (``LOCAL_WORLD_SIZE``) unless each process
+    is bound to its share of the cores already."""
+    from cntkio import _native, _threads
+
+    monkeypatch.delenv("CNTKIO_THREADS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    cores = _native.available_cores()
+    assert _threads.default_threads() == cores >= 1
+    if hasattr(os, "sched_getaffinity"):
+        assert cores <= len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    # (cores this process may use, LOCAL_WORLD_SIZE, threads)
+    for usable, local, want in [
+        (64, None, 64),
+        (64, "1", 64),
+        (64, "8", 8),  # torchrun's 8 processes share the machine
+        (64, "3", 21),
+        (64, "128", 1),
+        (32, "8", 4),  # a container's 32 cores shared by 8 processes
+        (8, "8", 8),  # each process bound to 8 cores of its own
+        (5, "8", 5),
+    ]:
+        monkeypatch.setattr(_native, "available_cores", lambda usable=usable: usable)
+        if local is None:
+            monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+        else:
+            monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+        assert _threads.default_threads() == want, (usable, local)
+    monkeypatch.setattr(_native, "available_cores", lambda: 64)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    path = tmp_path / "data.ctf"
+    write_data(path, random.Random(29), 50, 3)
+    assert cntkio.Loader(paths=path, streams=defs(), batch_size=8).num_threads == 8
+    monkeypatch.setenv("CNTKIO_THREADS", "3")
+    assert _threads.default_threads() == 3
+    assert cntkio.Loader(paths=path, streams=defs(), batch_size=8).num_threads == 3
+    monkeypatch.setenv("CNTKIO_THREADS", "0")
+    assert _threads.default_threads() == 8
+    monkeypatch.setenv("CNTKIO_THREADS", "many")
+    with pytest.raises(cntkio.UsageError, match="CNTKIO_THREADS"):
+        _threads.default_threads()
+    monkeypatch.delenv("CNTKIO_THREADS")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "eight")
+    with pytest.raises(cntkio.UsageError, match="LOCAL_WORLD_SIZE"):
+        _threads.default_threads()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_a_forked_child_lets_go_of_the_next_source(tmp_path, monkeypatch):
     """A process forked while a loader's next epoch is made ahead (a DataLoader worker started after an epoch

@@ -21,6 +21,13 @@ fn rearm_map_guard() {
     cntkio::rearm_map_guard();
 }
 
+/// The cores this process may run on: its CPU affinity, within its cgroup's CPU quota (the library's
+/// default number of threads).
+#[pyfunction]
+fn available_cores() -> usize {
+    cntkio::threads_or_cores(None)
+}
+
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -50,5 +57,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::validate_json, m)?)?;
     m.add_function(wrap_pyfunction!(ops::recompress, m)?)?;
     m.add_function(wrap_pyfunction!(rearm_map_guard, m)?)?;
+    m.add_function(wrap_pyfunction!(available_cores, m)?)?;
     Ok(())
 }
