@@ -455,6 +455,7 @@ class MinibatchSource:
         balanced_workers: bool = False,
         elastic_resume: Optional[Mapping[str, Any]] = None,
         _keep: Any = None,
+        _loaders: Optional[int] = None,
         **cntk_config: Any,
     ) -> None:
         args: Dict[str, Any] = dict(
@@ -494,7 +495,8 @@ class MinibatchSource:
         truncation = _int("truncation_length", args["truncation_length"])
         rand = _bool("randomize", args["randomize"])
         max_errors = _int("max_errors", args["max_errors"])
-        threads = default_threads()
+        # The chunk loaders: `_loaders` where the caller shares the cores with other processes it knows of.
+        threads = default_threads() if _loaders is None else max(1, int(_loaders))
         if args["multithreaded_deserializer"] is not None and not _bool(
             "multithreaded_deserializer", args["multithreaded_deserializer"]
         ):

@@ -9,6 +9,7 @@ from cntkio._errors import UsageError
 
 
 def _env_int(name: str) -> Optional[int]:
+    """The integer in environment variable ``name`` (None when unset or blank)."""
     v = os.environ.get(name, "").strip()
     if not v:
         return None

@@ -88,7 +88,7 @@ from cntkio import (
     detect_format,
 )
 from cntkio._source import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, Minibatch, MinibatchSource
-from cntkio._threads import default_threads
+from cntkio._threads import _env_int, default_threads
 
 __all__ = ["IterableDataset", "Loader", "MinibatchIterable", "gather_states"]
 
@@ -107,16 +107,6 @@ def _torch() -> Any:
             "cntkio.torch.MinibatchIterable gives the same batches as NumPy arrays without it"
         ) from None
     return torch
-
-
-def _env_int(name: str) -> Optional[int]:
-    v = os.environ.get(name)
-    if v is None or v.strip() == "":
-        return None
-    try:
-        return int(v)
-    except ValueError:
-        raise UsageError(f"environment variable {name}={v!r} is not an integer") from None
 
 
 def distributed_rank_and_size(rank: Optional[int] = None, world_size: Optional[int] = None) -> Tuple[int, int]:
@@ -301,7 +291,9 @@ class MinibatchIterable:
         self._infos = self._source(0).stream_infos()
 
     # ---- configuration ----------------------------------------------------------------------------------
-    def _source(self, epoch: int) -> MinibatchSource:
+    def _source(self, epoch: int, workers: int = 1) -> MinibatchSource:
+        """The source of epoch ``epoch``, read by one of ``workers`` DataLoader workers (which share the
+        cores: each gets its part of the default number of chunk loaders)."""
         rounds = self._rounds(epoch)
         return MinibatchSource(
             self._deserializers,
@@ -310,6 +302,7 @@ class MinibatchIterable:
             randomization_seed=self.seed + epoch,
             elastic_resume=None if not rounds else {"sweep": 0, "rounds": rounds},
             _keep=self._chunk_keep() if self.keep_chunks else None,
+            _loaders=None if workers == 1 else self._feed_threads(workers),
             **self._options,
         )
 
@@ -555,7 +548,7 @@ class MinibatchIterable:
         out (:meth:`_handed_out`)."""
         worker, workers = self._caller()
         partitions = self.world_size * workers
-        src = self._source(self.epoch)
+        src = self._source(self.epoch, workers)
         if self.shuffle and not self._options["balanced_workers"] and src.num_chunks < partitions:
             _log.warning(
                 "%d partitions (ranks × workers) but the data has %d chunk(s): with shuffle, chunks are dealt "
@@ -580,7 +573,7 @@ class MinibatchIterable:
             group=group,
             pool=self._batch_pool(),
             after=after,
-            then=None if then_epoch is None else self._source(then_epoch)._src,
+            then=None if then_epoch is None else self._source(then_epoch, workers)._src,
             then_always=always,
         )
         try:

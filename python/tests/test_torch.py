@@ -473,6 +473,34 @@ class _NextEpochProbe(_TorchIterable):  # type: ignore[misc,valid-type]
         yield {"next_epoch": -1 if kept is None else kept[1], "waiting": kept is not None and kept[2].waiting}
 
 
+class _LoaderThreadsProbe(_TorchIterable):  # type: ignore[misc,valid-type]
+    """The chunk loaders and assembling threads of a cntkio dataset's source in each DataLoader worker."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __iter__(self):
+        from cntkio.torch import _worker
+
+        workers = _worker()[1]
+        yield {"loaders": self.inner._source(0, workers)._src.loader_threads(),
+               "assemblers": self.inner._feed_threads(workers)}
+
+
+def test_dataloader_workers_share_the_default_threads(torch, tmp_path, monkeypatch):
+    """DataLoader workers share the cores: each worker's source gets its part of the default number of chunk
+    loaders and assembling threads (the main process, all of them)."""
+    from torch.utils.data import DataLoader
+
+    d = data(tmp_path, n=60, chunk=200)
+    for threads, each in (("6", 3), ("3", 1), ("1", 1)):
+        monkeypatch.setenv("CNTKIO_THREADS", threads)
+        ds = ct.IterableDataset(d, batch_size=8)
+        assert ds._source(0)._src.loader_threads() == int(threads)
+        got = list(DataLoader(_LoaderThreadsProbe(ds), batch_size=None, num_workers=2))
+        assert [(b["loaders"], b["assemblers"]) for b in got] == [(each, each)] * 2, threads
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_persistent_workers_make_the_next_epoch_ahead(torch, tmp_path, context):
     """A persistent worker, iterated again, makes its next epoch's source while it reads this one: the epoch
