@@ -136,6 +136,13 @@ def _in_dataloader_worker() -> bool:
     return utils is not None and utils.get_worker_info() is not None
 
 
+def _worker_loaders(workers: int) -> int:
+    """Chunk loaders of each of ``workers`` DataLoader workers: its share of the default number, but 2 where
+    the default allows (a load waits for the file's pages; a second loader overlaps the waits)."""
+    n = default_threads()
+    return max(min(2, n), n // workers)
+
+
 def _worker() -> Tuple[int, int]:
     """``(worker id, number of workers)`` of the DataLoader worker running this, ``(0, 1)`` outside one."""
     utils = sys.modules.get("torch.utils.data")
@@ -293,7 +300,7 @@ class MinibatchIterable:
     # ---- configuration ----------------------------------------------------------------------------------
     def _source(self, epoch: int, workers: int = 1) -> MinibatchSource:
         """The source of epoch ``epoch``, read by one of ``workers`` DataLoader workers (which share the
-        cores: each gets its part of the default number of chunk loaders)."""
+        cores: each gets its part of the default number of chunk loaders, :func:`_worker_loaders`)."""
         rounds = self._rounds(epoch)
         return MinibatchSource(
             self._deserializers,
@@ -302,7 +309,7 @@ class MinibatchIterable:
             randomization_seed=self.seed + epoch,
             elastic_resume=None if not rounds else {"sweep": 0, "rounds": rounds},
             _keep=self._chunk_keep() if self.keep_chunks else None,
-            _loaders=None if workers == 1 else self._feed_threads(workers),
+            _loaders=None if workers == 1 else _worker_loaders(workers),
             **self._options,
         )
 

@@ -489,16 +489,18 @@ class _LoaderThreadsProbe(_TorchIterable):  # type: ignore[misc,valid-type]
 
 def test_dataloader_workers_share_the_default_threads(torch, tmp_path, monkeypatch):
     """DataLoader workers share the cores: each worker's source gets its part of the default number of chunk
-    loaders and assembling threads (the main process, all of them)."""
+    loaders (at least 2 where the default allows) and assembling threads (the main process, all of them)."""
     from torch.utils.data import DataLoader
 
     d = data(tmp_path, n=60, chunk=200)
-    for threads, each in (("6", 3), ("3", 1), ("1", 1)):
+    # (CNTKIO_THREADS, each worker's chunk loaders, its assembling threads): loaders at least 2 where the
+    # default allows.
+    for threads, loaders, assemblers in (("6", 3, 3), ("3", 2, 1), ("1", 1, 1)):
         monkeypatch.setenv("CNTKIO_THREADS", threads)
         ds = ct.IterableDataset(d, batch_size=8)
         assert ds._source(0)._src.loader_threads() == int(threads)
         got = list(DataLoader(_LoaderThreadsProbe(ds), batch_size=None, num_workers=2))
-        assert [(b["loaders"], b["assemblers"]) for b in got] == [(each, each)] * 2, threads
+        assert [(b["loaders"], b["assemblers"]) for b in got] == [(loaders, assemblers)] * 2, threads
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
