@@ -284,6 +284,10 @@ pub struct BenchArgs {
     /// `batches … --bench` (minibatches, samples, samples/s and peak memory as one JSON object).
     #[arg(long)]
     pub batches: bool,
+    /// Read a CBF input with positional reads. By default it is memory-mapped, as the other commands map it;
+    /// a file that becomes shorter while it is mapped stops the run with an error.
+    #[arg(long, conflicts_with = "mmap")]
+    pub no_mmap: bool,
 }
 
 /// Parses sizes like `33554432`, `32M`, `32MiB`, `1G`, `64k`.

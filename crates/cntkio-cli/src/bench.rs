@@ -17,13 +17,14 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
     for job in &jobs {
         let input = match job {
             InputSpec::Cbf(StoredInput { path, .. }) => {
-                let r = crate::cbf_cmds::bench(path, a.read.mmap, threads, a.repeat)?;
+                let mapped = a.read.mapping(a.no_mmap).unwrap_or(true);
+                let r = crate::cbf_cmds::bench(path, mapped, threads, a.repeat)?;
                 let (secs, bytes, samples) = (r.best_secs, r.bytes, r.samples);
                 let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
                 if a.json {
                     reports.push(json!({
                         "path": path.display().to_string(), "format": "cbf", "bytes": len, "threads": threads,
-                        "mmap": a.read.mmap,
+                        "mmap": mapped,
                         "decode_seconds": secs, "decoded_bytes": bytes, "decoded_gb_per_s": bytes as f64 / secs / 1e9,
                         "file_gb_per_s": len as f64 / secs / 1e9, "samples": samples, "samples_per_s": samples as f64 / secs,
                         "first_pass_seconds": r.first_secs, "first_pass_decoded_gb_per_s": bytes as f64 / r.first_secs / 1e9,
@@ -34,7 +35,7 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
                         path.display(),
                         len as f64 / 1e6,
                         threads,
-                        if a.read.mmap { ", mmap" } else { "" }
+                        if mapped { ", mmap" } else { "" }
                     )?;
                     out!(
                         "  decode  {:.2} GB/s of decoded data ({:.2} GB/s of file, {:.3} s)  {:.2} M samples/s",

@@ -2783,4 +2783,11 @@ fn commands_map_cbf_by_default_and_read_it_with_no_mmap() {
     let dumped = run(args!["dump", &cbf]).code(0).stdout();
     assert_eq!(dumped.lines().count(), 300);
     assert_eq!(run(args!["dump", &cbf, "--no-mmap"]).code(0).stdout(), dumped);
+    for (flags, mapped) in [(&[][..], true), (&["--no-mmap"][..], false), (&["--mmap"][..], true)] {
+        let out = run(args!["bench", &cbf, "--json", "--repeat", "1", flags]).code(0).stdout();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let report = &v["results"][0];
+        assert_eq!(report["mmap"], mapped, "{flags:?}: {out}");
+        assert_eq!(report["samples"], 300, "{flags:?}: {out}");
+    }
 }
