@@ -495,12 +495,13 @@ class MinibatchSource:
         truncation = _int("truncation_length", args["truncation_length"])
         rand = _bool("randomize", args["randomize"])
         max_errors = _int("max_errors", args["max_errors"])
-        # The chunk loaders: `_loaders` where the caller shares the cores with other processes it knows of.
-        threads = default_threads() if _loaders is None else max(1, int(_loaders))
         if args["multithreaded_deserializer"] is not None and not _bool(
             "multithreaded_deserializer", args["multithreaded_deserializer"]
         ):
             threads = 0  # chunks loaded on the calling thread, when needed
+        else:
+            # `_loaders` where the caller shares the cores with other processes it knows of.
+            threads = default_threads() if _loaders is None else max(1, int(_loaders))
         if args["trace_level"] is not None:
             _log.warning(
                 "MinibatchSource(trace_level=%r) is accepted for compatibility and has no effect: cntkio's "

@@ -106,10 +106,6 @@ pub struct BatchesArgs {
     /// as one JSON object.
     #[arg(long)]
     pub bench: bool,
-    /// Read a CBF input with positional reads. By default it is memory-mapped, as the Python API maps it
-    /// (faster); a file that becomes shorter while it is mapped stops the run with an error.
-    #[arg(long, conflicts_with = "mmap")]
-    pub no_mmap: bool,
 }
 
 /// `convert`.
@@ -143,10 +139,6 @@ pub struct ConvertArgs {
     /// Write each sequence's meta count as its longest stream (ctf2bin.py) instead of its declared length.
     #[arg(long)]
     pub max_over_streams: bool,
-    /// Read the input (CTF or CBF) with positional reads. By default it is memory-mapped, which is faster;
-    /// if the file is truncated while it is mapped, the conversion stops with an error and writes no output.
-    #[arg(long, conflicts_with = "mmap")]
-    pub no_mmap: bool,
 }
 
 /// How to read CTF: the schema and CNTK's deserializer options.
@@ -183,6 +175,11 @@ pub struct ReadArgs {
     /// Memory-map the input instead of reading it (faster; the file must not change while it is read).
     #[arg(long)]
     pub mmap: bool,
+    /// Read the input with positional reads instead of a memory map. A CBF input is mapped by default, and
+    /// so is a CTF input of convert and validate; a file that becomes shorter while it is mapped stops the
+    /// command with an error.
+    #[arg(long, conflicts_with = "mmap")]
+    pub no_mmap: bool,
     /// Take the streams and options from the reader section of a CNTK config file (BrainScript); flags given
     /// as well override the config. Without FILE arguments the config's data files are read.
     #[arg(long, value_name = "FILE.cntk")]
@@ -215,10 +212,6 @@ pub struct ValidateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Read CTF and CBF inputs with positional reads. By default they are memory-mapped, which is faster; a
-    /// file truncated while it is mapped stops the validation with an error.
-    #[arg(long, conflicts_with = "mmap")]
-    pub no_mmap: bool,
 }
 
 /// `inspect`.
@@ -241,10 +234,6 @@ pub struct DumpArgs {
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub read: ReadArgs,
-    /// Read a CBF input with positional reads. By default it is memory-mapped (faster); a file that becomes
-    /// shorter while it is mapped stops the dump with an error.
-    #[arg(long, conflicts_with = "mmap")]
-    pub no_mmap: bool,
 }
 
 /// `stats`.
@@ -261,10 +250,6 @@ pub struct StatsArgs {
     /// Print JSON, with every dimension.
     #[arg(long)]
     pub json: bool,
-    /// Read a CBF input with positional reads. By default it is memory-mapped (faster); a file that becomes
-    /// shorter while it is mapped stops the run with an error.
-    #[arg(long, conflicts_with = "mmap")]
-    pub no_mmap: bool,
 }
 
 /// `bench`.
@@ -284,10 +269,6 @@ pub struct BenchArgs {
     /// `batches … --bench` (minibatches, samples, samples/s and peak memory as one JSON object).
     #[arg(long)]
     pub batches: bool,
-    /// Read a CBF input with positional reads. By default it is memory-mapped, as the other commands map it;
-    /// a file that becomes shorter while it is mapped stops the run with an error.
-    #[arg(long, conflicts_with = "mmap")]
-    pub no_mmap: bool,
 }
 
 /// Parses sizes like `33554432`, `32M`, `32MiB`, `1G`, `64k`.

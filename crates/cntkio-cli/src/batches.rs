@@ -107,7 +107,7 @@ pub fn run(a: &BatchesArgs, _quiet: bool) -> Result<u8, Error> {
         return Err(Error::option("--mb-size", "must be > 0"));
     }
     let jobs = a.read.jobs(&a.files)?;
-    let source = cntkio::inputs::open_all(&jobs, a.read.mapping(a.no_mmap), a.read.threads())?;
+    let source = cntkio::inputs::open_all(&jobs, a.read.mapping(), a.read.threads())?;
     let mut src = MinibatchSource::new(source, config(a))?;
     if let Some(p) = &a.restore {
         src.restore(&read_state(p)?)?;

@@ -17,7 +17,7 @@ pub fn run(a: &BenchArgs, quiet: bool) -> Result<u8, Error> {
     for job in &jobs {
         let input = match job {
             InputSpec::Cbf(StoredInput { path, .. }) => {
-                let mapped = a.read.mapping(a.no_mmap).unwrap_or(true);
+                let mapped = a.read.cbf_mapped();
                 let r = crate::cbf_cmds::bench(path, mapped, threads, a.repeat)?;
                 let (secs, bytes, samples) = (r.best_secs, r.bytes, r.samples);
                 let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);

@@ -104,7 +104,7 @@ fn aliases(a: &ConvertArgs) -> Result<Vec<(String, String)>, Error> {
 
 /// How a CBF input is opened (mapped unless --no-mmap, its map guarded; its signals prepared).
 fn cbf_options(a: &ConvertArgs) -> CbfOptions {
-    let mapped = a.read.mapping(a.no_mmap).unwrap_or(true);
+    let mapped = a.read.cbf_mapped();
     if mapped {
         signals::prepare_for_maps(Task::Conversion, &[(&a.input, "pass --no-mmap")]);
         signals::reading_mapped(Some(0));
@@ -137,7 +137,7 @@ fn ctf_input(a: &ConvertArgs) -> Result<(cntkio::CtfInput, Access), Error> {
         None => a.read.ctf_input(&a.input)?,
     };
     input.options.chunk_size = a.read.chunk_size.unwrap_or(cntkio::options::DEFAULT_CHUNK_SIZE);
-    let access = a.read.access_mapped_by_default(a.no_mmap);
+    let access = a.read.access_mapped_by_default();
     if access != Access::Read {
         // A mapped input truncated meanwhile raises SIGBUS, which the binary's handler explains.
         signals::prepare_for_maps(Task::Conversion, &[(&a.input, a.read.no_map_hint())]);

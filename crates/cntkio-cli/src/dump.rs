@@ -19,12 +19,7 @@ pub fn run(a: &DumpArgs, quiet: bool) -> Result<u8, Error> {
         let input = match job {
             InputSpec::Cbf(StoredInput { path, options, .. }) => {
                 let progress = Progress::bytes(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0), "dumping", quiet);
-                let r = crate::cbf_cmds::dump(
-                    path,
-                    &options.clone().mmap(a.read.mapping(a.no_mmap).unwrap_or(true)),
-                    &mut w,
-                    &progress,
-                );
+                let r = crate::cbf_cmds::dump(path, &options.clone().mmap(a.read.cbf_mapped()), &mut w, &progress);
                 progress.finish();
                 w.flush().map_err(crate::output::stdout_error)?;
                 r?;

@@ -227,10 +227,10 @@ impl ReadArgs {
         cntkio::threads_or_cores(self.threads)
     }
 
-    /// File access for a command that maps its input unless told not to (`no_mmap`): a map where the
+    /// File access for a command that maps its input unless told not to (`--no-mmap`): a map where the
     /// system allows it, forced with `--mmap`.
-    pub fn access_mapped_by_default(&self, no_mmap: bool) -> Access {
-        if no_mmap {
+    pub fn access_mapped_by_default(&self) -> Access {
+        if self.no_mmap {
             Access::Read
         } else if self.mmap {
             Access::Mmap
@@ -248,17 +248,22 @@ impl ReadArgs {
         }
     }
 
-    /// Whether to map the inputs of a command that reads CTF unless `--mmap` and maps CBF unless `no_mmap`
-    /// (`--no-mmap`): `Some` when a flag says, else `None` (each format's default, see
+    /// Whether to map the inputs of a command that reads CTF unless `--mmap` and maps CBF unless
+    /// `--no-mmap`: `Some` when a flag says, else `None` (each format's default, see
     /// [`InputSpec::open`](cntkio::inputs::InputSpec::open)).
-    pub fn mapping(&self, no_mmap: bool) -> Option<bool> {
-        if no_mmap {
+    pub fn mapping(&self) -> Option<bool> {
+        if self.no_mmap {
             Some(false)
         } else if self.mmap {
             Some(true)
         } else {
             None
         }
+    }
+
+    /// Whether a CBF input is mapped: unless `--no-mmap`.
+    pub fn cbf_mapped(&self) -> bool {
+        self.mapping().unwrap_or(true)
     }
 
     /// File access.

@@ -10,7 +10,7 @@ use cntkio::Error;
 /// Runs `stats`.
 pub fn run(a: &StatsArgs, quiet: bool) -> Result<u8, Error> {
     let jobs = a.read.jobs(&a.files)?;
-    let source = cntkio::inputs::open_all(&jobs, a.read.mapping(a.no_mmap), a.read.threads())?;
+    let source = cntkio::inputs::open_all(&jobs, a.read.mapping(), a.read.threads())?;
     let progress = Progress::chunks(source.chunks().len() as u64, "reading", quiet);
     let report = cntkio::stats::stats(&*source, a.read.threads(), &mut |done, _| progress.set(done as u64), None);
     progress.finish();

@@ -25,8 +25,8 @@ pub fn run(a: &ValidateArgs, quiet: bool) -> Result<u8, Error> {
     let vo = ValidateOptions { threads: a.read.threads(), limit: a.limit, warnings: a.warnings, cancel: None };
     // CTF and CBF inputs are mapped unless --no-mmap: a CTF file truncated meanwhile raises SIGBUS, which the
     // binary's handler explains (a CBF map's guard turns it into an error).
-    let access = a.read.access_mapped_by_default(a.no_mmap);
-    let cbf_mapped = a.read.mapping(a.no_mmap).unwrap_or(true);
+    let access = a.read.access_mapped_by_default();
+    let cbf_mapped = a.read.cbf_mapped();
     let inputs: Vec<(&Path, &str)> = jobs
         .iter()
         .map(|j| match j {
